@@ -1,0 +1,237 @@
+"""WebDataset tar shards built in memory, so S3 and local writers share one packer.
+
+Each sample is stored as contiguous tar members named ``<key>.<ext>`` (image, label, id, sum),
+which is what both the ``webdataset`` library and DALI's ``fn.readers.webdataset`` expect.
+Headers are fixed (mtime 0, uid/gid 0, empty owner names, mode 0o444), so the same samples
+always give byte-identical shards.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from workbench.data.sample import JPEG_MAGIC, NPY_MAGIC, PNG_MAGIC, Sample, checksum
+
+BLOCK = tarfile.BLOCKSIZE  # 512
+RECORD = tarfile.RECORDSIZE  # 10240: tarfile pads a closed archive to a multiple of this
+INDEX_FORMAT = "workbench-shards"
+INDEX_VERSION = 1
+
+
+@dataclass
+class ShardInfo:
+    """What an index needs to know about one shard."""
+
+    name: str
+    samples: int
+    bytes: int
+    first_key: str
+    last_key: str
+
+
+def sample_key(s: Sample) -> str:
+    """Tar key of a sample: its id as 32 hex digits (webdataset splits names at the first dot)."""
+    return s.id.hex
+
+
+def _image_ext(s: Sample) -> str:
+    """Entry name for the image: jpg for JPEG bytes, else the original file's extension."""
+    if s.data.startswith(JPEG_MAGIC):
+        return "jpg"
+    ext = s.name.rsplit(".", 1)[-1].lower() if "." in s.name.rsplit("/", 1)[-1] else "bin"
+    return "jpg" if ext == "jpeg" else ext
+
+
+def sample_to_entries(s: Sample) -> dict[str, bytes]:
+    """Tar entries of one sample, in write order: image, label, ``id``, ``sum``.
+
+    Labels: int -> ``cls`` (ASCII decimal); PNG bytes -> ``png`` (``seg.png`` if the image itself
+    is a PNG); ``np.save`` bytes -> ``npy``; other bytes -> ``lbl``; None -> no entry.
+    """
+    image_ext = _image_ext(s)
+    entries = {image_ext: s.data}
+    if isinstance(s.label, int):
+        entries["cls"] = str(s.label).encode()
+    elif isinstance(s.label, bytes):
+        if s.label.startswith(PNG_MAGIC):
+            entries["seg.png" if image_ext == "png" else "png"] = s.label
+        elif s.label.startswith(NPY_MAGIC):
+            entries["npy"] = s.label
+        else:
+            entries["lbl"] = s.label
+    entries["id"] = str(s.id).encode()
+    entries["sum"] = s.checksum.encode()
+    return entries
+
+
+def _member_size(data_len: int) -> int:
+    """Bytes one regular file takes in a ustar archive: header block + data padded to blocks."""
+    return BLOCK + -(-data_len // BLOCK) * BLOCK
+
+
+def _closed_size(offset: int) -> int:
+    """Final archive size once tarfile writes the two end blocks and pads to a record."""
+    return -(-(offset + 2 * BLOCK) // RECORD) * RECORD
+
+
+class _ShardBuffer:
+    """One open in-memory tar with deterministic headers."""
+
+    def __init__(self) -> None:
+        self.buf = io.BytesIO()
+        # Stays open across add() calls; close() finishes it.
+        self.tar = tarfile.open(fileobj=self.buf, mode="w", format=tarfile.USTAR_FORMAT)  # noqa: SIM115
+        self.samples = 0
+        self.first_key = self.last_key = ""
+
+    @property
+    def offset(self) -> int:
+        """Bytes written so far (tarfile's own count, so it cannot drift from the archive)."""
+        return self.tar.offset
+
+    def add(self, key: str, entries: dict[str, bytes]) -> None:
+        """Append all entries of one sample, contiguously."""
+        for ext, data in entries.items():
+            info = tarfile.TarInfo(f"{key}.{ext}")
+            info.size, info.mtime, info.mode = len(data), 0, 0o444
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            self.tar.addfile(info, io.BytesIO(data))
+        self.first_key = self.first_key or key
+        self.last_key = key
+        self.samples += 1
+
+    def close(self, name: str) -> tuple[ShardInfo, bytes]:
+        """Finish the archive and describe it."""
+        self.tar.close()
+        data = self.buf.getvalue()
+        return ShardInfo(name, self.samples, len(data), self.first_key, self.last_key), data
+
+
+def pack_shards(
+    samples: Iterable[Sample],
+    maxsize: float = 1e8,
+    maxcount: int = 100_000,
+    pattern: str = "shard-{:06d}.tar",
+) -> Iterator[tuple[ShardInfo, bytes]]:
+    """Group samples into tar shards, like webdataset's ``ShardWriter(maxsize, maxcount)``.
+
+    A shard is closed before adding a sample would make it exceed ``maxsize`` bytes (final size,
+    padding included) or ``maxcount`` samples; a sample too big for any shard gets one of its
+    own. Streaming: at most one shard is held in memory. Shard ``k`` is named ``pattern.format(k)``.
+    """
+    if maxcount < 1 or maxsize <= 0:
+        raise ValueError(f"maxcount must be >= 1 and maxsize > 0, got maxcount={maxcount} maxsize={maxsize}")
+    shard, index = _ShardBuffer(), 0
+    for s in samples:
+        entries = sample_to_entries(s)
+        grown = shard.offset + sum(_member_size(len(d)) for d in entries.values())
+        if shard.samples and (shard.samples >= maxcount or _closed_size(grown) > maxsize):
+            yield shard.close(pattern.format(index))
+            shard, index = _ShardBuffer(), index + 1
+        shard.add(sample_key(s), entries)
+    if shard.samples:
+        yield shard.close(pattern.format(index))
+
+
+def write_index(infos: list[ShardInfo]) -> bytes:
+    """JSON index of a shard set: per-shard names, counts and sizes, plus totals."""
+    doc = {
+        "format": INDEX_FORMAT,
+        "version": INDEX_VERSION,
+        "total_samples": sum(i.samples for i in infos),
+        "total_bytes": sum(i.bytes for i in infos),
+        "shards": [asdict(i) for i in infos],
+    }
+    return (json.dumps(doc, indent=1) + "\n").encode()
+
+
+def read_index(data: bytes) -> list[ShardInfo]:
+    """Parse :func:`write_index` output; bad content raises ValueError."""
+    try:
+        doc: Any = json.loads(data)
+        if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT:
+            raise ValueError(f"not a {INDEX_FORMAT} document")
+        infos = [_shard_info(entry) for entry in doc["shards"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"invalid shard index: {exc}") from None
+    if doc.get("total_samples", sum(i.samples for i in infos)) != sum(i.samples for i in infos):
+        raise ValueError("invalid shard index: total_samples does not match the shards")
+    return infos
+
+
+def _shard_info(entry: Any) -> ShardInfo:
+    """One index entry, type-checked."""
+    info = ShardInfo(**entry)
+    if not (isinstance(info.samples, int) and isinstance(info.bytes, int) and isinstance(info.name, str)):
+        raise TypeError(f"bad shard entry {entry!r}")
+    return info
+
+
+def split_name(member: str) -> tuple[str, str]:
+    """``dir/key.ext.more`` -> (``dir/key``, ``ext.more``): webdataset's first-dot rule."""
+    head, _, base = member.rpartition("/")
+    stem, dot, ext = base.partition(".")
+    if not dot or not stem:
+        raise ValueError(f"member {member!r} has no key.ext name")
+    return (f"{head}/{stem}" if head else stem), ext
+
+
+def read_shard(data: bytes, name: str = "shard") -> Iterator[dict[str, bytes]]:
+    """Samples of one shard as ``{"__key__": key, ext: bytes, ...}``, for verification.
+
+    Stricter than webdataset: a sample's members must be contiguous, extensions unique, and the
+    archive must end with its end-of-archive blocks; any violation or truncation raises
+    ValueError naming the shard.
+    """
+    try:
+        yield from _read_members(data)
+    except (tarfile.TarError, EOFError, ValueError) as exc:
+        raise ValueError(f"shard {name}: corrupt or truncated tar ({exc})") from None
+
+
+def _read_members(data: bytes) -> Iterator[dict[str, Any]]:
+    """Group regular members by key, then check the archive ends properly."""
+    seen: set[str] = set()
+    current: dict[str, Any] | None = None
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for member in tar:
+            if not member.isfile():
+                continue
+            key, ext = split_name(member.name)
+            if current is None or current["__key__"] != key:
+                if key in seen:
+                    raise ValueError(f"members of sample {key} are not contiguous")
+                if current is not None:
+                    yield current
+                current = {"__key__": key}
+                seen.add(key)
+            if ext in current:
+                raise ValueError(f"sample {key} has two {ext!r} entries")
+            fobj = tar.extractfile(member)
+            payload = fobj.read() if fobj else b""
+            if len(payload) != member.size:
+                raise ValueError(f"member {member.name} is truncated")
+            current[ext] = payload
+        end = tar.offset
+    if data[end : end + 2 * BLOCK] != bytes(2 * BLOCK):
+        raise ValueError("missing end-of-archive blocks")
+    if current is not None:
+        yield current
+
+
+def check_entries(entries: dict[str, bytes]) -> str | None:
+    """None if the image entry (the first one, by write order) matches ``sum``, else a reason."""
+    key = entries.get("__key__")
+    exts = [k for k in entries if k != "__key__"]
+    stored = entries.get("sum")
+    if not exts or exts[0] in ("id", "sum") or stored is None:
+        return f"sample {key}: expected an image entry then a 'sum' entry, got {exts}"
+    if checksum(entries[exts[0]]) != stored.decode(errors="replace"):
+        return f"sample {key}: checksum of {exts[0]!r} does not match 'sum'"
+    return None

@@ -1,0 +1,5 @@
+"""The local stack: real Cassandra, MinIO, Ignite, Triton and toxiproxy servers run as processes."""
+
+from workbench.stack.manager import ServiceStatus, down, logs, status, up
+
+__all__ = ["ServiceStatus", "down", "logs", "status", "up"]

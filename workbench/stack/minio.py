@@ -1,0 +1,42 @@
+"""MinIO, built from source with the Go toolchain through the Go module proxy; the stack's S3 server."""
+
+from __future__ import annotations
+
+import os
+
+from workbench.clients import s3_client
+from workbench.stack.provision import go_install
+from workbench.stack.service import Health, Launch, Service
+
+MODULE = "github.com/minio/minio"
+PSEUDO_VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"  # the last source release published as a Go module
+RELEASE_TIME = "2026-02-12T20:18:48Z"  # MinIO reads its version as a release time
+
+
+class MinIO(Service):
+    name = "minio"
+    version = RELEASE_TIME.replace(":", "-")
+
+    def provision(self) -> None:
+        stamp = (f"-X {MODULE}/cmd.Version={RELEASE_TIME} -X {MODULE}/cmd.ReleaseTag=DEVELOPMENT.{self.version}"
+                 f" -X {MODULE}/cmd.CommitID={PSEUDO_VERSION.rsplit('-', 1)[1]}")
+        go_install(self.name, self.home, f"{MODULE}@{PSEUDO_VERSION}", "minio", ldflags=stamp)
+
+    def launch(self) -> Launch:
+        access, secret = self.settings.s3_credentials()
+        (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "MINIO_ROOT_USER": access, "MINIO_ROOT_PASSWORD": secret,
+               "MINIO_UPDATE": "off", "MINIO_BROWSER_LOGIN_ANIMATION": "off"}
+        host = self.settings.host
+        command = [str(self.home / "minio"), "server", str(self.data_dir / "data"), "--quiet",
+                   "--address", f"{host}:{self.settings.s3_port}",
+                   "--console-address", f"{host}:{self.settings.s3_console_port}"]
+        return Launch(command, env=env, cwd=self.data_dir)
+
+    def ports(self) -> dict[str, int]:
+        return {"s3": self.settings.s3_port, "console": self.settings.s3_console_port}
+
+    def probe(self) -> Health:
+        response = s3_client(self.settings).list_buckets()
+        server = response["ResponseMetadata"]["HTTPHeaders"].get("server", "MinIO")
+        return Health(True, version=f"{server} {self.version}")

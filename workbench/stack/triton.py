@@ -1,0 +1,80 @@
+"""NVIDIA Triton Inference Server, the `tritonserver` binary bundled in the nvidia-pytriton wheel.
+
+It runs python-backend models on CPU, and on a GPU when one is present. The Python backend needs the
+stub built for the running interpreter, so the stack assembles a backend folder in its state dir.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import sysconfig
+from pathlib import Path
+
+import requests
+
+from workbench.errors import WorkbenchError
+from workbench.stack.service import Health, Launch, Service
+
+
+def pytriton_root() -> Path:
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or spec.origin is None:
+        raise WorkbenchError("Triton needs the nvidia-pytriton wheel: pip install -e '.[triton]' (make venv does)")
+    return Path(spec.origin).parent / "tritonserver"
+
+
+class Triton(Service):
+    name = "triton"
+    version = "2.51.0"
+    startup_timeout_s = 120.0
+
+    def provision(self) -> None:
+        """Link the python backend with the stub that matches this interpreter (as pytriton does)."""
+        root = pytriton_root()
+        stub = root / "python_backend_stubs" / f"{sys.version_info.major}.{sys.version_info.minor}"
+        if not (stub / "triton_python_backend_stub").exists():
+            raise WorkbenchError(f"nvidia-pytriton ships no Triton python stub for Python {sys.version.split()[0]}")
+        backend = self.data_dir / "backends" / "python"
+        backend.mkdir(parents=True, exist_ok=True)
+        for source in [*(root / "backends" / "python").glob("*.*"), stub / "triton_python_backend_stub"]:
+            link = backend / source.name
+            link.unlink(missing_ok=True)
+            link.symlink_to(source)
+
+    def launch(self) -> Launch:
+        s = self.settings
+        repository = s.triton_model_repository.resolve()
+        if not repository.is_dir():
+            raise WorkbenchError(
+                f"Triton model repository {repository} does not exist: set WORKBENCH_TRITON_MODEL_REPOSITORY"
+            )
+        # Python models run in this interpreter's environment: its bin dir first on PATH (the stub finds
+        # site-packages through it) and its lib dir first on LD_LIBRARY_PATH (else pyenv builds fail
+        # with "'_thread.RLock' object has no attribute '_recursion_count'").
+        env = dict(os.environ)
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        libdir = sysconfig.get_config_var("LIBDIR") or ""
+        env["LD_LIBRARY_PATH"] = ":".join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
+        command = [
+            str(pytriton_root() / "bin" / "tritonserver"), f"--model-repository={repository}",
+            f"--backend-directory={self.data_dir / 'backends'}",
+            f"--http-address={s.host}", f"--http-port={s.triton_http_port}",
+            f"--grpc-address={s.host}", f"--grpc-port={s.triton_grpc_port}",
+            f"--metrics-address={s.host}", f"--metrics-port={s.triton_metrics_port}",
+            "--exit-on-error=false", "--log-verbose=0",
+        ]
+        return Launch(command, env=env, cwd=self.data_dir)
+
+    def ports(self) -> dict[str, int]:
+        s = self.settings
+        return {"http": s.triton_http_port, "grpc": s.triton_grpc_port, "metrics": s.triton_metrics_port}
+
+    def probe(self) -> Health:
+        base = f"http://{self.settings.host}:{self.settings.triton_http_port}"
+        ready = requests.get(f"{base}/v2/health/ready", timeout=self.settings.timeout_s)
+        meta = requests.get(f"{base}/v2", timeout=self.settings.timeout_s).json()
+        if ready.status_code != 200:
+            return Health(False, meta.get("version", ""), f"not ready (HTTP {ready.status_code})")
+        return Health(True, version=meta.get("version", ""))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -58,6 +59,18 @@ def stack_up(services: Services = None, stack: StackMode = None) -> None:
         raise typer.Exit(1)
 
 
+@stack_app.command("provision")
+def stack_provision(services: Services = None) -> None:
+    """Download and build the servers' artifacts into the cache, without starting them."""
+    from workbench.stack import provision
+
+    errors = provision(get_settings(), services)
+    for name, error in errors.items():
+        console.print(f"{name}: " + (f"[red]{error}[/red]" if error else "[green]ready[/green]"))
+    if any(errors.values()):
+        raise typer.Exit(1)
+
+
 @stack_app.command("down")
 def stack_down(services: Services = None) -> None:
     """Stop the servers this stack started (by pid file, never by name)."""
@@ -100,6 +113,94 @@ def stack_probe(repeats: Annotated[int, typer.Option(min=1)] = 20) -> None:
     console.print(table)
     if not all(r.ok for r in results):
         raise typer.Exit(1)
+
+
+def parse_options(pairs: list[str]) -> dict[str, str]:
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise WorkbenchError(f"layout option '{pair}' is not KEY=VALUE (e.g. -o maxcount=1000)")
+        options[key.replace("-", "_")] = value
+    return options
+
+
+Backend = Annotated[str, typer.Option("--backend", "-b", help="cassandra | s3-objects | s3-shards | ignite | fs")]
+Options = Annotated[list[str] | None, typer.Option("--option", "-o", help="layout option KEY=VALUE (repeatable)")]
+Dataset = Annotated[str | None, typer.Option(help="dataset name (default: the source's own name)")]
+
+
+@app.command("ingest")
+def ingest_command(
+    source: Annotated[str, typer.Option(help="synthetic:N[:kind] | imagefolder:PATH")],
+    backend: Backend,
+    dataset: Dataset = None,
+    option: Options = None,
+    strict: Annotated[bool, typer.Option(help="fail on the first unreadable image instead of skipping it")] = False,
+) -> None:
+    """Write a dataset into a backend's layout; re-running adds nothing, an interrupted run resumes."""
+    from workbench.backends import make_backend
+    from workbench.catalog import catalog_path
+    from workbench.data import parse_source
+    from workbench.ingest import ingest
+
+    settings = get_settings()
+    src = parse_source(source)
+    target = make_backend(backend, settings, dataset or src.name, **parse_options(option or []))
+    summary = ingest(src, target, strict=strict, source_spec=source)
+    for bad in summary.skipped_bad:
+        console.print(f"[yellow]skipped[/yellow] {bad}", highlight=False)
+    console.print(summary.line(), highlight=False)
+    console.print(f"catalog: {catalog_path(settings, backend, target.dataset)}")
+
+
+@app.command("verify")
+def verify_command(
+    backend: Backend,
+    dataset: Annotated[str, typer.Option(help="dataset name as ingested")],
+    source: Annotated[str | None, typer.Option(help="the source to compare with (default: from the catalog)")] = None,
+) -> None:
+    """Re-read every stored sample and report missing, extra and mismatching ones."""
+    from workbench.backends import backend_class, make_backend
+    from workbench.data import parse_source
+    from workbench.ingest import read_catalog, verify
+
+    settings = get_settings()
+    record = read_catalog(settings, backend, dataset)
+    layout = {k: v for k, v in record.items() if k in backend_class(backend).Options.model_fields}
+    report = verify(parse_source(source or record["source"]), make_backend(backend, settings, dataset, **layout))
+    console.print(f"{backend}/{dataset}: expected {report.expected}, found {report.found}, "
+                  f"missing {len(report.missing)}, extra {len(report.extra)}, mismatched {len(report.mismatched)}")
+    for label, names in (("missing", report.missing), ("extra", report.extra), ("mismatched", report.mismatched)):
+        for name in names[:20]:
+            console.print(f"  {label}: {name}", highlight=False)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that print numbers and write them under results/.")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("ingest")
+def bench_ingest_command(
+    count: Annotated[int, typer.Option(min=1, help="synthetic samples")] = 10_000,
+    mean_kb: Annotated[float, typer.Option(min=1, help="mean JPEG size")] = 110.0,
+    backend: Annotated[list[str] | None, typer.Option("--backend", "-b", help="repeatable; default: all")] = None,
+    repeats: Annotated[int, typer.Option(min=1)] = 1,
+    results_dir: Annotated[Path, typer.Option()] = Path("results/bench-ingest"),
+) -> None:
+    """Ingest MB/s per backend for the same in-memory synthetic samples."""
+    from workbench.bench.ingest import ALL_BACKENDS, bench_ingest
+
+    rows = bench_ingest(get_settings(), backend or ALL_BACKENDS, count, mean_kb, repeats, results_dir)
+    table = Table("backend", "samples", "MB", "MB/s median", "min", "max", "samples/s",
+                  title=f"ingest, {count} synthetic JPEGs, {repeats} repeat(s)")
+    for r in rows:
+        table.add_row(r["backend"], str(r["samples"]), f"{r['bytes'] / 1e6:.0f}", f"{r['mb_per_s_median']:.1f}",
+                      f"{r['mb_per_s_min']:.1f}", f"{r['mb_per_s_max']:.1f}", f"{r['samples_per_s_median']:.0f}")
+    console.print(table)
+    console.print(f"results: {results_dir}")
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from workbench import catalog
 from workbench.backends.base import Backend
 from workbench.data import Sample, Source, verify_image
 from workbench.errors import WorkbenchError
@@ -78,7 +79,7 @@ def _checked(source: Source, backend: Backend, summary: IngestSummary, skip: set
 
 
 def ingest(source: Source, backend: Backend, strict: bool = False, check_images: bool = True,
-           progress: bool = True) -> IngestSummary:
+           progress: bool = True, source_spec: str = "") -> IngestSummary:
     """Write every sample of `source` that `backend` does not hold yet; returns the summary."""
     total = len(source)
     if total == 0:
@@ -101,6 +102,7 @@ def ingest(source: Source, backend: Backend, strict: bool = False, check_images:
         summary.seconds = time.perf_counter() - start
         bar.update(summary.already_stored + len(summary.skipped_bad))
         bar.close()
+    write_catalog(backend, summary, source_spec or source.name)
     return summary
 
 
@@ -128,12 +130,16 @@ def verify(source: Source, backend: Backend) -> VerifyReport:
                         mismatched + [f"{d} (stored more than once)" for d in duplicated])
 
 
-def write_catalog(backend: Backend, summary: IngestSummary, catalog_dir: Path) -> Path:
-    """Record where a dataset lives so loaders and sweeps can find it (atomic write)."""
-    path = catalog_dir / backend.name / f"{backend.dataset}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    record = {**backend.describe(), "last_ingest": asdict(summary)}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2, default=str))
-    tmp.replace(path)
-    return path
+def write_catalog(backend: Backend, summary: IngestSummary, source_spec: str = "") -> Path:
+    """Record where the dataset lives and what it came from (loaders and `verify` read it)."""
+    entry = {**backend.describe(), "source": source_spec, "last_ingest": asdict(summary)}
+    return catalog.record(backend.settings, backend.name, backend.dataset, entry)
+
+
+def read_catalog(settings, backend: str, dataset: str) -> dict:
+    path = catalog.catalog_path(settings, backend, dataset)
+    if not path.exists():
+        known = ", ".join(catalog.known(settings, backend)) or "none"
+        raise WorkbenchError(f"dataset '{dataset}' was never ingested into {backend} here (known: {known}): "
+                             "run `workbench ingest`")
+    return json.loads(path.read_text())

@@ -24,6 +24,7 @@ from workbench.data import (
     sample_id,
     verify_image,
 )
+from workbench.errors import WorkbenchError
 
 
 def _jpeg(color: tuple[int, int, int], size: tuple[int, int] = (32, 24)) -> bytes:
@@ -181,9 +182,9 @@ def test_imagefolder_verify_image_flags_corrupt_file(tmp_path: Path) -> None:
 
 def test_imagefolder_empty_or_missing_root_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "empty" / "cls").mkdir(parents=True)
-    with pytest.raises(ValueError, match="no images"):
+    with pytest.raises(WorkbenchError, match="no images"):
         ImageFolderSource(tmp_path / "empty")
-    with pytest.raises(ValueError, match="does not exist"):
+    with pytest.raises(WorkbenchError, match="does not exist"):
         ImageFolderSource(tmp_path / "missing")
 
 
@@ -239,11 +240,11 @@ def test_parse_source_specs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("spec", ["s3://bucket", "synthetic", "imagefolder:", "foo:1"])
 def test_parse_source_unknown(spec: str) -> None:
-    with pytest.raises(ValueError, match=r"unknown source .*synthetic:N\[:kind\] or imagefolder:PATH"):
+    with pytest.raises(WorkbenchError, match=r"unknown source .*synthetic:N\[:kind\] or imagefolder:PATH"):
         parse_source(spec)
 
 
 @pytest.mark.parametrize("spec", ["synthetic:x", "synthetic:0", "synthetic:5:video"])
 def test_parse_source_bad_synthetic(spec: str) -> None:
-    with pytest.raises(ValueError, match="bad source"):
+    with pytest.raises(WorkbenchError, match="bad source"):
         parse_source(spec)

@@ -28,6 +28,7 @@ from workbench.data import (
     write_index,
 )
 from workbench.data.sample import PNG_MAGIC
+from workbench.errors import WorkbenchError
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +136,7 @@ def test_index_round_trip() -> None:
     infos = [ShardInfo("a.tar", 3, 10240, "k1", "k3"), ShardInfo("b.tar", 1, 20480, "k4", "k4")]
     assert read_index(write_index(infos)) == infos
     for bad in (b"{", b'{"format": "x"}', b'{"format": "workbench-shards", "shards": [{"name": 1}]}'):
-        with pytest.raises(ValueError, match="shard index"):
+        with pytest.raises(WorkbenchError, match="shard index"):
             read_index(bad)
 
 
@@ -145,7 +146,7 @@ def test_truncated_shard_raises(samples: list[Sample]) -> None:
         sizes = [m.size for m in tar.getmembers()]
     member_boundary = sum(512 + -(-n // 512) * 512 for n in sizes[:4])  # after the first sample
     for cut in (len(data) // 2, 700, member_boundary, len(data) - 10240):
-        with pytest.raises(ValueError, match=r"shard-000000\.tar"):
+        with pytest.raises(WorkbenchError, match=r"shard-000000\.tar"):
             list(read_shard(data[:cut], info.name))
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from workbench.data import SplitFile, largest_remainder, make_split, parse_ratios, sample_id
+from workbench.errors import WorkbenchError
 
 # Classes of 10, 7 and 3 samples: sizes that do not divide evenly by the ratios.
 SIZES = {0: 10, 1: 7, 2: 3}
@@ -90,12 +91,12 @@ def test_balance_weights_set_class_proportions() -> None:
     ],
 )
 def test_make_split_rejects_bad_arguments(kwargs: dict, match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(WorkbenchError, match=match):
         make_split(ITEMS, **kwargs)
 
 
 def test_make_split_rejects_duplicate_ids() -> None:
-    with pytest.raises(ValueError, match="duplicate"):
+    with pytest.raises(WorkbenchError, match="duplicate"):
         make_split([*ITEMS, ITEMS[0]])
 
 
@@ -103,7 +104,7 @@ def test_parse_ratios() -> None:
     assert parse_ratios("8,2") == [8.0, 2.0]
     assert parse_ratios("0.7, 0.2, 0.1") == [0.7, 0.2, 0.1]
     for bad in ("", "8,x", "8,0", "-1,2", "nan,1"):
-        with pytest.raises(ValueError, match="bad ratios"):
+        with pytest.raises(WorkbenchError, match="bad ratios"):
             parse_ratios(bad)
 
 
@@ -139,5 +140,5 @@ def test_split_file_round_trip(tmp_path: Path) -> None:
 def test_split_file_load_rejects_bad_content(tmp_path: Path, content: str) -> None:
     path = tmp_path / "bad.json"
     path.write_text(content)
-    with pytest.raises(ValueError, match=r"split file .*bad\.json"):
+    with pytest.raises(WorkbenchError, match=r"split file .*bad\.json"):
         SplitFile.load(path)

@@ -74,6 +74,10 @@ class Backend(ABC):
     def scan(self) -> Iterator[StoredSample]:
         """Every stored sample of this dataset, read back raw."""
 
+    def drop(self) -> None:
+        """Delete everything this dataset stored (benchmarks and tests clean up after themselves)."""
+        raise NotImplementedError(f"{type(self).__name__}.drop")
+
     def describe(self) -> dict:
         """Where the data lives, for the catalog and for loaders (keyspace, bucket/prefix, cache...)."""
         return {"backend": self.name, "dataset": self.dataset, **self.options.model_dump()}

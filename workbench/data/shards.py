@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from workbench.data.sample import JPEG_MAGIC, NPY_MAGIC, PNG_MAGIC, Sample, checksum
+from workbench.errors import WorkbenchError
 
 BLOCK = tarfile.BLOCKSIZE  # 512
 RECORD = tarfile.RECORDSIZE  # 10240: tarfile pads a closed archive to a multiple of this
@@ -126,7 +127,7 @@ def pack_shards(
     own. Streaming: at most one shard is held in memory. Shard ``k`` is named ``pattern.format(k)``.
     """
     if maxcount < 1 or maxsize <= 0:
-        raise ValueError(f"maxcount must be >= 1 and maxsize > 0, got maxcount={maxcount} maxsize={maxsize}")
+        raise WorkbenchError(f"maxcount must be >= 1 and maxsize > 0, got maxcount={maxcount} maxsize={maxsize}")
     shard, index = _ShardBuffer(), 0
     for s in samples:
         entries = sample_to_entries(s)
@@ -152,16 +153,16 @@ def write_index(infos: list[ShardInfo]) -> bytes:
 
 
 def read_index(data: bytes) -> list[ShardInfo]:
-    """Parse :func:`write_index` output; bad content raises ValueError."""
+    """Parse :func:`write_index` output; bad content raises WorkbenchError."""
     try:
         doc: Any = json.loads(data)
         if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT:
-            raise ValueError(f"not a {INDEX_FORMAT} document")
+            raise WorkbenchError(f"not a {INDEX_FORMAT} document")
         infos = [_shard_info(entry) for entry in doc["shards"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"invalid shard index: {exc}") from None
+    except (KeyError, TypeError, ValueError, WorkbenchError) as exc:
+        raise WorkbenchError(f"invalid shard index: {exc}") from None
     if doc.get("total_samples", sum(i.samples for i in infos)) != sum(i.samples for i in infos):
-        raise ValueError("invalid shard index: total_samples does not match the shards")
+        raise WorkbenchError("invalid shard index: total_samples does not match the shards")
     return infos
 
 
@@ -178,7 +179,7 @@ def split_name(member: str) -> tuple[str, str]:
     head, _, base = member.rpartition("/")
     stem, dot, ext = base.partition(".")
     if not dot or not stem:
-        raise ValueError(f"member {member!r} has no key.ext name")
+        raise WorkbenchError(f"member {member!r} has no key.ext name")
     return (f"{head}/{stem}" if head else stem), ext
 
 
@@ -187,12 +188,12 @@ def read_shard(data: bytes, name: str = "shard") -> Iterator[dict[str, bytes]]:
 
     Stricter than webdataset: a sample's members must be contiguous, extensions unique, and the
     archive must end with its end-of-archive blocks; any violation or truncation raises
-    ValueError naming the shard.
+    WorkbenchError naming the shard.
     """
     try:
         yield from _read_members(data)
-    except (tarfile.TarError, EOFError, ValueError) as exc:
-        raise ValueError(f"shard {name}: corrupt or truncated tar ({exc})") from None
+    except (tarfile.TarError, EOFError, ValueError, WorkbenchError) as exc:
+        raise WorkbenchError(f"shard {name}: corrupt or truncated tar ({exc})") from None
 
 
 def _read_members(data: bytes) -> Iterator[dict[str, Any]]:
@@ -206,21 +207,21 @@ def _read_members(data: bytes) -> Iterator[dict[str, Any]]:
             key, ext = split_name(member.name)
             if current is None or current["__key__"] != key:
                 if key in seen:
-                    raise ValueError(f"members of sample {key} are not contiguous")
+                    raise WorkbenchError(f"members of sample {key} are not contiguous")
                 if current is not None:
                     yield current
                 current = {"__key__": key}
                 seen.add(key)
             if ext in current:
-                raise ValueError(f"sample {key} has two {ext!r} entries")
+                raise WorkbenchError(f"sample {key} has two {ext!r} entries")
             fobj = tar.extractfile(member)
             payload = fobj.read() if fobj else b""
             if len(payload) != member.size:
-                raise ValueError(f"member {member.name} is truncated")
+                raise WorkbenchError(f"member {member.name} is truncated")
             current[ext] = payload
         end = tar.offset
     if data[end : end + 2 * BLOCK] != bytes(2 * BLOCK):
-        raise ValueError("missing end-of-archive blocks")
+        raise WorkbenchError("missing end-of-archive blocks")
     if current is not None:
         yield current
 

@@ -23,6 +23,7 @@ from workbench.data.sample import (
     encode_multilabel,
     sample_id,
 )
+from workbench.errors import WorkbenchError
 
 Kind = Literal["classification", "segmentation", "multilabel"]
 KINDS: tuple[str, ...] = ("classification", "segmentation", "multilabel")
@@ -93,15 +94,15 @@ class SyntheticSource:
         name: str | None = None,
     ) -> None:
         if count < 0:
-            raise ValueError(f"synthetic count must be >= 0, got {count}")
+            raise WorkbenchError(f"synthetic count must be >= 0, got {count}")
         if num_classes < 1 or (kind == "segmentation" and num_classes > 256):
-            raise ValueError(
+            raise WorkbenchError(
                 f"num_classes must be in [1, 256] for masks and >= 1 otherwise, got {num_classes}"
             )
         if kind not in KINDS:
-            raise ValueError(f"unknown kind {kind!r}: use one of {', '.join(KINDS)}")
+            raise WorkbenchError(f"unknown kind {kind!r}: use one of {', '.join(KINDS)}")
         if mean_kb <= 0:
-            raise ValueError(f"mean_kb must be > 0, got {mean_kb}")
+            raise WorkbenchError(f"mean_kb must be > 0, got {mean_kb}")
         self.count = count
         self.num_classes = num_classes
         self.seed = seed
@@ -210,7 +211,7 @@ class ImageFolderSource:
     def __init__(self, root: Path | str, name: str | None = None, split: str = "train") -> None:
         self.root = Path(root)
         if not self.root.is_dir():
-            raise ValueError(
+            raise WorkbenchError(
                 f"image folder {self.root} does not exist: pass a directory laid out as root/<class>/<image>"
             )
         self.name = name or self.root.resolve().name
@@ -222,7 +223,7 @@ class ImageFolderSource:
             (rel, label) for label, cls in enumerate(self.classes) for rel in _image_files(self.root, cls)
         ]
         if not self._files:
-            raise ValueError(
+            raise WorkbenchError(
                 f"image folder {self.root} has no images: expected root/<class>/<image> "
                 f"with extensions {' '.join(sorted(IMAGE_EXTENSIONS))}"
             )
@@ -292,7 +293,7 @@ class TorchDatasetSource:
         split: str = "train",
     ) -> None:
         if image_format not in _FORMAT_EXT:
-            raise ValueError(f"image_format must be one of {', '.join(_FORMAT_EXT)}, got {image_format!r}")
+            raise WorkbenchError(f"image_format must be one of {', '.join(_FORMAT_EXT)}, got {image_format!r}")
         self.ds = ds
         self.name = name
         self.classes = list(classes if classes is not None else getattr(ds, "classes", None) or [])
@@ -380,11 +381,11 @@ def parse_source(spec: str) -> Source:
         try:
             count = int(count_text)
         except ValueError:
-            raise ValueError(f"bad source '{spec}': N must be an integer ({_SPEC_HELP})") from None
+            raise WorkbenchError(f"bad source '{spec}': N must be an integer ({_SPEC_HELP})") from None
         if count <= 0:
-            raise ValueError(f"bad source '{spec}': N must be > 0 ({_SPEC_HELP})")
+            raise WorkbenchError(f"bad source '{spec}': N must be > 0 ({_SPEC_HELP})")
         kind = kind or "classification"
         if kind not in KINDS:
-            raise ValueError(f"bad source '{spec}': kind must be one of {', '.join(KINDS)}")
+            raise WorkbenchError(f"bad source '{spec}': kind must be one of {', '.join(KINDS)}")
         return SyntheticSource(count, kind=kind)  # type: ignore[arg-type]
-    raise ValueError(f"unknown source '{spec}': {_SPEC_HELP}")
+    raise WorkbenchError(f"unknown source '{spec}': {_SPEC_HELP}")

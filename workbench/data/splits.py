@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from workbench.errors import WorkbenchError
+
 FORMAT = "workbench-split"
 VERSION = 1
 
@@ -55,22 +57,22 @@ class SplitFile:
 
     @classmethod
     def load(cls, path: Path | str) -> SplitFile:
-        """Read and validate a split file; bad content raises ValueError naming the file."""
+        """Read and validate a split file; bad content raises WorkbenchError naming the file."""
         path = Path(path)
         try:
             doc = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"split file {path}: cannot read JSON ({exc})") from None
+            raise WorkbenchError(f"split file {path}: cannot read JSON ({exc})") from None
         try:
             return cls._from_json(doc)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"split file {path}: invalid content ({_reason(exc)})") from None
+        except (KeyError, TypeError, ValueError, WorkbenchError) as exc:
+            raise WorkbenchError(f"split file {path}: invalid content ({_reason(exc)})") from None
 
     @classmethod
     def _from_json(cls, doc: Any) -> SplitFile:
         """Structure checks; raises KeyError/TypeError/ValueError with a short reason."""
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise ValueError(f"not a {FORMAT} document")
+            raise WorkbenchError(f"not a {FORMAT} document")
         splits_doc = doc["splits"]
         if not isinstance(splits_doc, dict) or not all(isinstance(v, list) for v in splits_doc.values()):
             raise TypeError("'splits' must map split names to lists of ids")
@@ -78,7 +80,7 @@ class SplitFile:
         seen: set[uuid.UUID] = set()
         for ids in splits.values():
             if seen.intersection(ids) or len(set(ids)) != len(ids):
-                raise ValueError("an id appears more than once")
+                raise WorkbenchError("an id appears more than once")
             seen.update(ids)
         ratios = [float(r) for r in doc["ratios"]]
         seed = doc["seed"]
@@ -100,7 +102,7 @@ def parse_ratios(text: str) -> list[float]:
     try:
         ratios = [float(part) for part in text.split(",")]
     except ValueError:
-        raise ValueError(f"bad ratios '{text}': use comma-separated positive numbers, e.g. 8,2") from None
+        raise WorkbenchError(f"bad ratios '{text}': use comma-separated positive numbers, e.g. 8,2") from None
     _check_ratios(ratios, context=f"bad ratios '{text}'")
     return ratios
 
@@ -108,7 +110,7 @@ def parse_ratios(text: str) -> list[float]:
 def _check_ratios(ratios: Sequence[float], context: str = "bad ratios") -> None:
     """Ratios must be finite and positive."""
     if not ratios or any(not math.isfinite(r) or r <= 0 for r in ratios):
-        raise ValueError(f"{context}: every ratio must be a positive number, got {list(ratios)}")
+        raise WorkbenchError(f"{context}: every ratio must be a positive number, got {list(ratios)}")
 
 
 def largest_remainder(total: int, weights: Sequence[float]) -> list[int]:
@@ -174,11 +176,11 @@ def make_split(
 def _check_names(names: list[str], ratios: list[float]) -> None:
     """One positive ratio per distinct, non-empty split name."""
     if len(names) != len(ratios):
-        raise ValueError(
+        raise WorkbenchError(
             f"got {len(ratios)} ratios for {len(names)} split names {names}: give one ratio per split"
         )
     if len(set(names)) != len(names) or not all(names):
-        raise ValueError(f"split names must be distinct and non-empty, got {names}")
+        raise WorkbenchError(f"split names must be distinct and non-empty, got {names}")
     _check_ratios(ratios)
 
 
@@ -188,7 +190,7 @@ def _group(items: Iterable[tuple[uuid.UUID, int]]) -> dict[int, list[uuid.UUID]]
     seen: set[uuid.UUID] = set()
     for sid, label in items:
         if sid in seen:
-            raise ValueError(f"duplicate sample id {sid} in split input")
+            raise WorkbenchError(f"duplicate sample id {sid} in split input")
         seen.add(sid)
         by_class[label].append(sid)
     return by_class
@@ -202,14 +204,14 @@ def _class_counts(balance: Balance, sizes: list[int], rng: np.random.Generator) 
         if balance == "random":
             fractions = rng.uniform(0.5, 1.0, len(sizes))
             return [max(1, round(f * n)) if n else 0 for f, n in zip(fractions, sizes, strict=True)]
-        raise ValueError(f"unknown balance '{balance}': use original, random or one weight per class")
+        raise WorkbenchError(f"unknown balance '{balance}': use original, random or one weight per class")
     weights = [float(w) for w in balance]
     if len(weights) != len(sizes):
-        raise ValueError(
+        raise WorkbenchError(
             f"got {len(weights)} balance weights for {len(sizes)} classes: give one weight per class"
         )
     if any(not math.isfinite(w) or w < 0 for w in weights) or not any(weights):
-        raise ValueError(f"balance weights must be >= 0 with at least one > 0, got {weights}")
+        raise WorkbenchError(f"balance weights must be >= 0 with at least one > 0, got {weights}")
     total = sum(weights)
     props = [w / total for w in weights]
     # Largest dataset whose class proportions are `props` and fits every class.

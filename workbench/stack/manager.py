@@ -74,8 +74,7 @@ def up(settings: Settings, names: list[str] | None = None) -> list[ServiceStatus
         raise WorkbenchError(f"stack mode is '{settings.stack}': the CLI only manages services with --stack local")
     services = select(settings, names)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(max_workers=len(services)) as pool:
-        errors = dict(zip([s.name for s in services], pool.map(_prepare, services), strict=True))
+    errors = provision(settings, names)
     started: list[Service] = []
     failed: dict[str, str] = {name: err for name, err in errors.items() if err}
     for service in services:
@@ -108,6 +107,13 @@ def up(settings: Settings, names: list[str] | None = None) -> list[ServiceStatus
                 health = Health(False, health.version, str(exc))
         statuses.append(status_of(service, health))
     return statuses
+
+
+def provision(settings: Settings, names: list[str] | None = None) -> dict[str, str | None]:
+    """Download/build every selected service's artifacts without starting anything: name -> error."""
+    services = select(settings, names)
+    with ThreadPoolExecutor(max_workers=len(services)) as pool:
+        return dict(zip([s.name for s in services], pool.map(_prepare, services), strict=True))
 
 
 def down(settings: Settings, names: list[str] | None = None) -> list[str]:

@@ -1,0 +1,429 @@
+"""Apache Ignite through the thin-client protocol, in the two layouts of the TensorFlow IgniteDataset article.
+
+* ``binary`` (default): a PARTITIONED cache ``<CACHE>`` whose keys are sample ids (uuid strings) and whose
+  values are binary objects ``WorkbenchImage`` {id, split, label, data, width, height, name, checksum}
+  (``WorkbenchImageBlob`` when labels are blobs: Ignite's binary metadata is cluster-wide, so one type
+  name cannot have an int label in one cache and a byte[] label in another). This is what
+  ``IgniteDataset(cache_name=...)`` reads: homogeneous structured objects, no UUID fields.
+  A small companion cache ``<CACHE>_IDS`` (id -> split) records samples whose object is stored.
+* ``sql``: ``CREATE TABLE <name> (id VARCHAR PRIMARY KEY, split, label, name, width, height, checksum,
+  data BINARY)`` filled with parameterised multi-row ``MERGE INTO`` (idempotent); the table is queryable
+  with SQL and is also a cache (``SQL_PUBLIC_<TABLE>``, as in the article, unless --cache-name is given).
+
+Partitions: Ignite's thin-client protocol carries no affinity function in a cache configuration (neither
+does SQL's ``CREATE TABLE ... WITH``), so a new cache gets the server's default ``RendezvousAffinityFunction``
+with 1024 partitions. `prepare` reads the real count from ``SYS.CACHES`` and refuses a mismatch with a
+clear error; a cache pre-created server-side with another count is accepted when it matches.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import ExitStack
+from functools import cache
+from threading import Lock, local
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from workbench.backends.base import Backend, LayoutOptions, Progress, StoredSample, storage_name
+from workbench.clients import ignite_client
+from workbench.data import Sample
+from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    from pyignite import Client
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,199}$")
+_PARTS = re.compile(r"parts=(\d+)")
+DEFAULT_PARTITIONS = 1024  # RendezvousAffinityFunction's default, what a thin client always gets
+MAX_PARTITIONS = 65000  # CacheConfiguration.MAX_PARTITIONS_COUNT
+BATCH_BYTES = 32 * 2**20  # a batch is also cut at this many payload bytes (memory bound with big samples)
+ID_PAGE_SIZE = 5000
+INT32 = (-(2**31), 2**31 - 1)
+FIELDS = ("id", "split", "label", "data", "width", "height", "name", "checksum")
+
+
+class IgniteOptions(LayoutOptions):
+    cache_name: str | None = Field(
+        None, description="cache name (default: the dataset's storage name upper-cased; "
+        "sql mode: SQL_PUBLIC_<TABLE>)"
+    )
+    partitions: int = Field(DEFAULT_PARTITIONS, ge=1, le=MAX_PARTITIONS, description="cache partitions (see docs)")
+    backups: int = Field(0, ge=0, description="backup copies of each partition")
+    mode: Literal["binary", "sql"] = Field("binary", description="binary objects in a cache, or an SQL table")
+    batch_size: int = Field(64, ge=1, le=100_000, description="samples per put_all / MERGE")
+    page_size: int = Field(
+        64, ge=1, le=100_000, description="samples per page when reading back (the article used ~20 MB pages)"
+    )
+
+
+@cache
+def value_class(label_type: str) -> type:
+    """The binary type of binary-mode values (created once per process: pyignite registers it by name)."""
+    from pyignite import GenericObjectMeta
+    from pyignite.datatypes import ByteArrayObject, IntObject, String
+
+    label = ByteArrayObject if label_type == "blob" else IntObject
+    schema = OrderedDict([
+        ("id", String), ("split", String), ("label", label), ("data", ByteArrayObject),
+        ("width", IntObject), ("height", IntObject), ("name", String), ("checksum", String),
+    ])
+    type_name = "WorkbenchImageBlob" if label_type == "blob" else "WorkbenchImage"
+    return GenericObjectMeta(type_name, (), {}, type_name=type_name, schema=schema)
+
+
+class IgniteBackend(Backend):
+    name = "ignite"
+    Options = IgniteOptions
+    options: IgniteOptions
+
+    def __init__(self, settings, dataset: str, options: IgniteOptions | None = None) -> None:
+        super().__init__(settings, dataset, options)
+        o = self.options
+        self.table = storage_name(dataset).upper()
+        if o.cache_name is not None:
+            self.cache_name = o.cache_name
+        elif o.mode == "sql":
+            self.cache_name = f"SQL_PUBLIC_{self.table}"
+        else:
+            self.cache_name = self.table
+        if not _NAME.match(self.cache_name):
+            raise WorkbenchError(
+                f"invalid Ignite cache name '{self.cache_name}': use letters, digits and '_', starting with a letter"
+            )
+        self.ids_cache_name = f"{self.cache_name}_IDS"
+        self.partitions_found: int | None = None
+
+    def _client(self):
+        return ignite_client(self.settings, self.options.via_proxy)
+
+    def _label_sql(self) -> str:
+        return "VARBINARY" if self.options.label_type == "blob" else "INT"
+
+    def _value_type(self) -> str:
+        if self.options.mode == "sql":
+            return "WorkbenchRowBlob" if self.options.label_type == "blob" else "WorkbenchRow"
+        return value_class(self.options.label_type).__name__
+
+    # ------------------------------------------------------------------------------------ schema
+
+    def prepare(self, splits: Iterable[str]) -> None:
+        from pyignite.datatypes.cache_config import CacheMode
+        from pyignite.datatypes.prop_codes import PROP_BACKUPS_NUMBER, PROP_CACHE_MODE, PROP_NAME
+        from pyignite.exceptions import CacheError, SQLError
+
+        o = self.options
+        with self._client() as client:
+            existed = self.cache_name in client.get_cache_names()
+            try:
+                if o.mode == "sql":
+                    _sql(client,
+                         f"CREATE TABLE IF NOT EXISTS {self.table} (id VARCHAR PRIMARY KEY, split VARCHAR, "
+                         f"label {self._label_sql()}, name VARCHAR, width INT, height INT, checksum VARCHAR, "
+                         f"data BINARY) WITH \"template=partitioned,backups={o.backups},"
+                         f"cache_name={self.cache_name},value_type={self._value_type()}\"")
+                    if self.cache_name not in client.get_cache_names():
+                        raise WorkbenchError(
+                            f"SQL table {self.table} already exists with another cache than {self.cache_name}: "
+                            "drop it, or pass its cache name / another dataset name"
+                        )
+                else:
+                    config = {PROP_CACHE_MODE: CacheMode.PARTITIONED, PROP_BACKUPS_NUMBER: o.backups}
+                    client.get_or_create_cache({PROP_NAME: self.cache_name, **config})
+                    if not existed and self.ids_cache_name in client.get_cache_names():
+                        client.get_cache(self.ids_cache_name).destroy()  # ids of an earlier, destroyed cache
+                    client.get_or_create_cache({PROP_NAME: self.ids_cache_name, **config})
+            except (CacheError, SQLError) as exc:
+                raise WorkbenchError(f"cannot create Ignite cache {self.cache_name}: {_first_line(exc)}") from exc
+            self._check_layout(client, created=not existed)
+
+    def _check_layout(self, client: Client, created: bool) -> None:
+        """The cache really has the partitions and backups asked for (see the module docstring)."""
+        from pyignite.exceptions import SQLError
+
+        try:
+            rows = _sql(client, "SELECT AFFINITY, BACKUPS FROM SYS.CACHES WHERE CACHE_NAME = ?",
+                        args=[self.cache_name])
+        except SQLError:  # server without SQL (no ignite-indexing): cannot check
+            return
+        if not rows:
+            return
+        affinity, backups = rows[0]
+        match = _PARTS.search(str(affinity))
+        self.partitions_found = int(match.group(1)) if match else None
+        o = self.options
+        problems = []
+        if self.partitions_found is not None and self.partitions_found != o.partitions:
+            problems.append(f"{self.partitions_found} partitions, not {o.partitions}")
+        if backups is not None and int(backups) != o.backups:
+            problems.append(f"{backups} backups, not {o.backups}")
+        if not problems:
+            return
+        if created:
+            self._destroy(client)
+            why = (f"a thin client cannot set the affinity function, so new caches get the server default "
+                   f"({DEFAULT_PARTITIONS} partitions)")
+            raise WorkbenchError(
+                f"Ignite cache {self.cache_name} would have {' and '.join(problems)}: {why}; use "
+                f"--partitions {self.partitions_found} or pre-create the cache server-side "
+                "(CacheConfiguration with RendezvousAffinityFunction(false, N))"
+            )
+        raise WorkbenchError(
+            f"existing Ignite cache {self.cache_name} has {' and '.join(problems)}: "
+            "match its layout or destroy it first"
+        )
+
+    def drop(self) -> None:
+        """Destroy the cache (sql mode: drop the table and so its cache) and the ids cache; idempotent."""
+        with self._client() as client:
+            self._destroy(client)
+
+    def _destroy(self, client: Client) -> None:
+        names = set(client.get_cache_names())
+        if self.options.mode == "sql":
+            _sql(client, f"DROP TABLE IF EXISTS {self.table}")
+        elif self.cache_name in names:
+            client.get_cache(self.cache_name).destroy()
+        if self.ids_cache_name in names:
+            client.get_cache(self.ids_cache_name).destroy()
+
+    def _require_cache(self, client: Client) -> None:
+        if self.cache_name not in client.get_cache_names():
+            raise WorkbenchError(
+                f"Ignite cache {self.cache_name} does not exist: ingest dataset '{self.dataset}' first "
+                f"(with --mode {self.options.mode}, or pass the right --cache-name)"
+            )
+
+    # ------------------------------------------------------------------------------------ reading
+
+    def stored_ids(self) -> set[uuid.UUID]:
+        """Ids of samples stored completely.
+
+        binary mode reads the small ``<CACHE>_IDS`` cache (written after each batch's objects), because a
+        thin-client scan can neither project nor filter: scanning the data cache for its keys would move
+        every image over the network (the whole dataset, to learn a few MB of ids). sql mode asks
+        ``SELECT id`` and the server sends only the keys. Both read in pages of 5000.
+        """
+        with self._client() as client:
+            self._require_cache(client)
+            if self.options.mode == "sql":
+                keys: Iterable = (row[0] for row in _sql_iter(client, f"SELECT id FROM {self.table}", ID_PAGE_SIZE))
+            elif self.ids_cache_name in client.get_cache_names():
+                keys = (k for k, _ in _scan(client.get_cache(self.ids_cache_name), ID_PAGE_SIZE))
+            else:  # data cache made by something else: everything is (re)written, harmless upserts
+                keys = ()
+            ids = set()
+            for key in keys:
+                ids.add(_uuid(key, self.cache_name))
+            return ids
+
+    def scan(self) -> Iterator[StoredSample]:
+        page = self.options.page_size
+        with self._client() as client:
+            self._require_cache(client)
+            if self.options.mode == "sql":
+                query = f"SELECT id, split, label, data FROM {self.table}"
+                for key, split, label, data in _sql_iter(client, query, page):
+                    yield StoredSample(_uuid(key, self.cache_name), split or "train", label,
+                                       bytes(data) if data is not None else b"")
+                return
+            for key, value in _scan(client.get_cache(self.cache_name), page):
+                data = getattr(value, "data", None)
+                if not isinstance(data, bytes | bytearray):
+                    raise WorkbenchError(
+                        f"Ignite cache {self.cache_name}: key {key!r} holds {type(value).__name__}, not an object with "
+                        f"a byte[] 'data' field (fields {', '.join(FIELDS)}): not written by workbench"
+                    )
+                yield StoredSample(_uuid(key, self.cache_name), getattr(value, "split", None) or "train",
+                                   getattr(value, "label", None), bytes(data))
+
+    # ------------------------------------------------------------------------------------ writing
+
+    def _label(self, sample: Sample) -> int | bytes | None:
+        kind = self.options.label_type
+        value = sample.label
+        if kind == "none":
+            return None
+        if kind == "int":
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise WorkbenchError(
+                    f"sample {sample.name} has a {type(value).__name__} label but label_type is int: "
+                    "use --label-type blob (masks, multilabel vectors) or none"
+                )
+            if not INT32[0] <= value <= INT32[1]:
+                raise WorkbenchError(f"sample {sample.name} has label {value}, outside Ignite's 32-bit int")
+            return value
+        if not isinstance(value, bytes | bytearray):
+            raise WorkbenchError(
+                f"sample {sample.name} has a {type(value).__name__} label but label_type is blob: "
+                "use --label-type int (class indices) or none"
+            )
+        return bytes(value)
+
+    def write(self, samples: Iterable[Sample], progress: Progress) -> None:
+        o = self.options
+        put = self._put_sql if o.mode == "sql" else self._put_binary
+        rows = ((s, self._label(s)) for s in samples)
+        with _Clients(self.settings, o.via_proxy) as clients:
+            _run_bounded(lambda batch: put(clients.get(), batch), _batches(rows, o.batch_size, BATCH_BYTES),
+                         o.workers, progress)
+
+    def _put_binary(self, client: Client, batch: list[tuple[Sample, Any]]) -> None:
+        cls = value_class(self.options.label_type)
+        objects = {
+            str(s.id): cls(id=str(s.id), split=s.split, label=label, data=s.data, width=s.width, height=s.height,
+                           name=s.name, checksum=s.checksum)
+            for s, label in batch
+        }
+        client.get_cache(self.cache_name).put_all(objects)
+        client.get_cache(self.ids_cache_name).put_all({str(s.id): s.split for s, _ in batch})  # after the data
+
+    def _put_sql(self, client: Client, batch: list[tuple[Sample, Any]]) -> None:
+        row = "(" + ", ".join("?" * len(FIELDS)) + ")"
+        args: list = []
+        for s, label in batch:
+            args += [str(s.id), s.split, label, s.data, s.width, s.height, s.name, s.checksum]
+        _sql(client, f"MERGE INTO {self.table} ({', '.join(FIELDS)}) VALUES {', '.join([row] * len(batch))}",
+             args=args)
+
+    def describe(self) -> dict:
+        o = self.options
+        fields = {"id": "String", "split": "String",
+                  "label": {"blob": "byte[]", "int": "Integer", "none": "Integer (null)"}[o.label_type],
+                  "data": "byte[]", "width": "Integer", "height": "Integer", "name": "String", "checksum": "String"}
+        info = {
+            **super().describe(),
+            "cache": self.cache_name,
+            "mode": o.mode,
+            "partitions": self.partitions_found or o.partitions,
+            "backups": o.backups,
+            "value_type": self._value_type(),
+            "key": "sample id as a uuid string",
+            "fields": fields,
+        }
+        if o.mode == "sql":
+            info["table"] = f"PUBLIC.{self.table}"
+        else:
+            info["ids_cache"] = self.ids_cache_name
+        return info
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _uuid(key: Any, cache: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(key))
+    except ValueError:
+        raise WorkbenchError(
+            f"Ignite cache {cache}: key {key!r} is not a sample id (uuid): not written by workbench"
+        ) from None
+
+
+def _sql(client: Client, query: str, args: list | None = None) -> list:
+    with client.sql(query, query_args=args) as cursor:
+        return list(cursor)
+
+
+def _sql_iter(client: Client, query: str, page_size: int) -> Iterator[list]:
+    with client.sql(query, page_size=page_size) as cursor:
+        yield from cursor
+
+
+def _scan(cache, page_size: int) -> Iterator[tuple[Any, Any]]:
+    with cache.scan(page_size=page_size) as cursor:
+        yield from cursor
+
+
+def _batches(rows: Iterable[tuple[Sample, Any]], size: int, max_bytes: int) -> Iterator[list]:
+    batch: list = []
+    nbytes = 0
+    for row in rows:
+        batch.append(row)
+        nbytes += len(row[0].data)
+        if len(batch) >= size or nbytes >= max_bytes:
+            yield batch
+            batch, nbytes = [], 0
+    if batch:
+        yield batch
+
+
+class _Clients:
+    """One connected pyignite client per writer thread (a client is not thread-safe); all closed at exit."""
+
+    def __init__(self, settings, via_proxy: bool) -> None:
+        self.settings, self.via_proxy = settings, via_proxy
+        self.local = local()
+        self.lock = Lock()
+        self.stack = ExitStack()
+
+    def get(self) -> Client:
+        client = getattr(self.local, "client", None)
+        if client is None:
+            client = ignite_client(self.settings, self.via_proxy)
+            with self.lock:
+                client = self.local.client = self.stack.enter_context(client)
+        return client
+
+    def __enter__(self) -> _Clients:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stack.close()
+
+
+def _run_bounded(put: Callable[[list], None], batches: Iterator[list], workers: int, progress: Progress) -> None:
+    """Run `put` over batches on `workers` threads with at most workers+1 batches held in memory.
+
+    Progress is reported from this thread. The first failed write is raised here and the batches still
+    queued are cancelled; when the source itself fails, the batches already taken from it are written
+    first (so a resumed ingest skips them), then its error goes up.
+    """
+    from pyignite.exceptions import CacheError, SQLError
+
+    write_failed = False
+
+    def done(future: Future, batch: list) -> None:
+        nonlocal write_failed
+        try:
+            future.result()
+        except (CacheError, SQLError, OSError) as exc:
+            write_failed = True
+            raise WorkbenchError(
+                f"writing {len(batch)} samples (from {batch[0][0].name}) to Ignite failed: {type(exc).__name__}: "
+                f"{_first_line(exc)} (re-run the ingest: it resumes)"
+            ) from exc
+        except BaseException:
+            write_failed = True
+            raise
+        progress(len(batch), sum(len(s.data) for s, _ in batch))
+
+    def collect(most: int) -> None:
+        while len(pending) > most:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                done(future, pending.pop(future))
+
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ignite-writer")
+    pending: dict[Future, list] = {}
+    try:
+        for batch in batches:
+            collect(workers)
+            pending[pool.submit(put, batch)] = batch
+        collect(0)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=write_failed)
+        if not write_failed:  # the source failed: report what was written before its error goes up
+            for future, batch in pending.items():
+                if not future.cancelled() and future.exception() is None:
+                    progress(len(batch), sum(len(s.data) for s, _ in batch))

@@ -1,0 +1,40 @@
+"""Where each ingested dataset lives (keyspace, bucket/prefix, cache, folder) and what it came from.
+
+`ingest` records it; loaders `locate` a dataset through it, falling back to a backend's default
+layout for data ingested elsewhere (a compose or external stack).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from workbench.config import Settings
+
+
+def catalog_path(settings: Settings, backend: str, dataset: str) -> Path:
+    return settings.state_dir / "catalog" / backend / f"{dataset}.json"
+
+
+def record(settings: Settings, backend: str, dataset: str, entry: dict) -> Path:
+    """Write the entry atomically."""
+    path = catalog_path(settings, backend, dataset)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(entry, indent=2, default=str))
+    tmp.replace(path)
+    return path
+
+
+def locate(settings: Settings, backend: str, dataset: str) -> dict:
+    """The catalog entry, or the backend's default layout for this dataset name."""
+    path = catalog_path(settings, backend, dataset)
+    if path.exists():
+        return json.loads(path.read_text())
+    from workbench.backends import backend_class
+
+    return backend_class(backend)(settings, dataset).describe()
+
+
+def known(settings: Settings, backend: str) -> list[str]:
+    return sorted(p.stem for p in (settings.state_dir / "catalog" / backend).glob("*.json"))

@@ -1,0 +1,91 @@
+"""The contract every loader fulfils: one epoch of items for one shard, from a validated config.
+
+A loader reads raw samples (key, label, bytes) from one backend layout and hides the network with
+its own strategy; the adapters (`workbench.adapters`) turn any loader into a PyTorch dataset, a
+tf.data pipeline or a DALI pipeline. Adding a loader is one module plus one line in the registry.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from workbench.config import Settings
+
+
+class LoaderConfig(BaseModel):
+    """Every knob a sweep varies. Unknown names and invalid values fail before any I/O."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: str = Field(..., min_length=1, description="dataset name as ingested")
+    split: str = Field("train", description="original split to read")
+    shuffle: bool = Field(True, description="a new seeded order every epoch")
+    seed: int = 0
+    shard_id: int = Field(0, ge=0, description="this rank (distributed training)")
+    num_shards: int = Field(1, ge=1, description="number of ranks")
+    concurrency: int = Field(16, ge=1, le=1024, description="requests in flight")
+    prefetch_buffers: int = Field(2, ge=1, le=64, description="batches fetched ahead of the consumer")
+    batch_size: int = Field(32, ge=1, le=65536, description="samples per batch")
+    ordered: bool = Field(True, description="False: deliver in completion order (out-of-order mode)")
+    label_type: Literal["int", "blob", "none"] = "int"
+    on_corrupt: Literal["raise", "skip"] = Field("raise", description="a corrupt image when decoding")
+    via_proxy: bool = Field(False, description="read through toxiproxy (emulated network)")
+
+    @model_validator(mode="after")
+    def _shard_in_range(self) -> LoaderConfig:
+        if self.shard_id >= self.num_shards:
+            raise ValueError(f"shard_id {self.shard_id} must be < num_shards {self.num_shards}")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    key: str  # the sample id (uuid string), the same across every backend
+    label: int | bytes | None
+    data: bytes
+
+
+class Loader(ABC):
+    name: ClassVar[str]
+    backend: ClassVar[str]
+    Config: ClassVar[type[LoaderConfig]] = LoaderConfig
+
+    def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1) -> None:
+        self.settings = settings
+        self.config = config
+        self.worker_id = worker_id
+        self.num_workers = num_workers
+        self.epoch = 0
+        self.samples = 0
+        self.bytes = 0
+        self._lock = threading.Lock()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Like DistributedSampler.set_epoch: the next iteration uses this epoch's order."""
+        self.epoch = epoch
+
+    @abstractmethod
+    def iter_epoch(self, epoch: int) -> Iterator[Item]:
+        """This shard's items for `epoch` (shuffled by seed and epoch when `config.shuffle`)."""
+
+    def __iter__(self) -> Iterator[Item]:
+        for item in self.iter_epoch(self.epoch):
+            with self._lock:
+                self.samples += 1
+                self.bytes += len(item.data)
+            yield item
+
+    def close(self) -> None:  # noqa: B027 - optional: loaders holding connections override it
+        """Release connections and threads."""
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,65 @@
+"""Write result rows atomically, each carrying its full configuration and environment.
+
+A results file appears complete or not at all (write to a temporary name, then rename), and a
+folder that cannot be written is reported before any measurement starts.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import time
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+
+
+def check_writable(folder: Path) -> Path:
+    """Fail early, with the path, if results could not be saved there."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise WorkbenchError(f"cannot write results to {folder}: {exc.strerror}; choose another --results-dir") from exc
+    return folder
+
+
+def _atomic_write(path: Path, data: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(data)
+    tmp.replace(path)
+
+
+def _flat(row: dict, prefix: str = "") -> dict:
+    """Nested dicts become dotted columns, so every row is one tidy CSV line."""
+    out = {}
+    for key, value in row.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{name}."))
+        elif isinstance(value, list | tuple):
+            out[name] = json.dumps(value, default=str)
+        else:
+            out[name] = value
+    return out
+
+
+def write_results(folder: Path, name: str, rows: list[dict], environment: dict) -> tuple[Path, Path]:
+    """`<name>.json` (rows + environment) and `<name>.csv` (flat rows with the environment columns)."""
+    check_writable(folder)
+    full = [{**row, "environment": environment} for row in rows]
+    json_path, csv_path = folder / f"{name}.json", folder / f"{name}.csv"
+    _atomic_write(json_path, json.dumps({"written": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rows": full},
+                                        indent=2, default=str))
+    flat = [_flat(row) for row in full]
+    columns = list(dict.fromkeys(key for row in flat for key in row))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(flat)
+    _atomic_write(csv_path, buffer.getvalue())
+    return json_path, csv_path

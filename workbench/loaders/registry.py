@@ -18,6 +18,10 @@ LOADERS: dict[str, str] = {
     "s3-naive": "workbench.loaders.s3_objects:S3NaiveLoader",
     "ignite": "workbench.loaders.ignite:IgniteLoader",
     "fs": "workbench.loaders.fs:FilesystemLoader",
+    # peers: other projects' readers on the same data, measured side by side
+    "webdataset": "workbench.loaders.peers.webdataset:WebDatasetPeer",
+    "s3torchconnector": "workbench.loaders.peers.s3torchconnector:S3TorchConnectorPeer",
+    "mosaic-streaming": "workbench.loaders.peers.mosaic:MosaicStreamingPeer",
 }
 
 

@@ -1,0 +1,516 @@
+"""PyTorch datasets over S3: the OSS connector's map/iterable datasets and cortx_pytorch's RemoteDataset.
+
+OSS connector style (any bucket, any keys; no workbench layout needed)::
+
+    ds = ObjectMapDataset.from_prefix("s3://bucket/imagenet/train/", settings, transform=fn)
+    ds = ObjectIterableDataset.from_objects(["s3://bucket/a.jpg", ...], settings)
+    ds = ObjectMapDataset.from_manifest_file("manifest.txt" or "s3://...", default_manifest_parser,
+                                             "s3://bucket/imagenet/train/", settings)
+    with ds[5] as item:
+        item.key, item.size, item.label, item.read()
+
+* The object list is made once, in the constructor (in the main process): one paginated LIST, or the
+  manifest, or the given URIs. DataLoader workers receive it pickled and never list again.
+* Items are `ObjectItem` (``.key .size .label .read() .close()``, context manager); ``transform(item)``
+  is applied when given (the item is closed afterwards unless the transform returned it).
+* `ObjectMapDataset`: ``__len__``, ``__getitem__`` (one GET), and ``__getitems__(indices)``, which
+  torch's DataLoader calls with a whole batch of indices: those GETs go out `prefetch_concurrency` at a
+  time. Works with ``DataLoader(shuffle=True)`` (collate the items yourself or transform them to tensors).
+* `ObjectIterableDataset`: keeps `prefetch_concurrency` GETs in flight; splits its objects across
+  DataLoader workers (and ranks: ``shard_id``/``num_shards``), optionally shuffled per epoch.
+
+Connections are per process: each DataLoader worker makes its own client on first use (a forked copy
+of the parent's connection pool is never reused). Errors: a missing object raises WorkbenchError naming
+its URI, a missing bucket one naming the bucket.
+
+`RemoteDataset` is cortx_pytorch's fluent pipeline over the s3-shards loader (see its docstring).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import operator
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from workbench.backends.s3_objects import S3Store
+from workbench.config import Settings
+from workbench.errors import WorkbenchError
+from workbench.loaders.inflight import in_flight
+from workbench.loaders.order import effective_shard, epoch_order, take_shard
+from workbench.loaders.s3_objects import default_manifest_parser
+from workbench.loaders.s3_shards import S3ShardsConfig, S3ShardsLoader
+
+__all__ = ["ObjectItem", "ObjectIterableDataset", "ObjectMapDataset", "RemoteDataset", "default_manifest_parser",
+           "parse_s3_uri"]
+
+ManifestParser = Callable[[io.IOBase], Iterable[tuple[str, Any]]]
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/some/key`` -> (bucket, "some/key"); the key may be empty (a whole bucket)."""
+    if not isinstance(uri, str) or not uri.startswith("s3://"):
+        raise WorkbenchError(f"not an s3:// URI: {uri!r} (want s3://bucket/key)")
+    bucket, _, key = uri[5:].partition("/")
+    if not bucket:
+        raise WorkbenchError(f"S3 URI {uri!r} has no bucket (want s3://bucket/key)")
+    return bucket, key
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """One object of a dataset's list: made in the main process, pickled to the workers."""
+
+    bucket: str
+    key: str
+    size: int | None = None
+    label: Any = None
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+
+class ObjectItem:
+    """One fetched object: ``key`` (object key in its bucket), ``size`` (bytes), ``label``, ``read()``.
+
+    The body is already in memory (fetched in parallel by the dataset); `read` works like a file's
+    (``read()`` all that is left, ``read(n)`` the next n bytes). Use as a context manager or `close` it.
+    """
+
+    __slots__ = ("_buffer", "bucket", "key", "label", "metadata", "size")
+
+    def __init__(self, bucket: str, key: str, data: bytes, label: Any = None,
+                 metadata: dict[str, str] | None = None) -> None:
+        self.bucket = bucket
+        self.key = key
+        self.size = len(data)
+        self.label = label
+        self.metadata = metadata or {}
+        self._buffer: io.BytesIO | None = io.BytesIO(data)
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+    @property
+    def id(self) -> str | None:
+        """The workbench sample id (x-amz-meta-id), for objects written by `workbench ingest`."""
+        return self.metadata.get("id")
+
+    @property
+    def closed(self) -> bool:
+        return self._buffer is None
+
+    def read(self, size: int = -1) -> bytes:
+        if self._buffer is None:
+            raise ValueError(f"read of closed item {self.uri}")
+        return self._buffer.read(size)
+
+    def close(self) -> None:
+        self._buffer = None
+
+    def __enter__(self) -> ObjectItem:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ObjectItem({self.uri!r}, size={self.size}, label={self.label!r})"
+
+
+def _identity(item: ObjectItem) -> ObjectItem:
+    return item
+
+
+class _Objects:
+    """What both OSS-style datasets share: the object list, per-process clients and a GET pool."""
+
+    def __init__(self, refs: Sequence[ObjectRef], settings: Settings | None = None,
+                 transform: Callable[[ObjectItem], Any] | None = None, prefetch_concurrency: int = 24,
+                 via_proxy: bool = False) -> None:
+        if prefetch_concurrency < 1:
+            raise WorkbenchError(f"prefetch_concurrency must be >= 1, got {prefetch_concurrency}")
+        self.refs: list[ObjectRef] = list(refs)
+        self.settings = settings if settings is not None else Settings()
+        self.transform = transform or _identity
+        self.prefetch_concurrency = prefetch_concurrency
+        self.via_proxy = via_proxy
+        self._reset()
+
+    # -------------------------------------------------------------------------------- construction
+
+    @classmethod
+    def from_prefix(cls, uri: str, settings: Settings | None = None, transform: Callable | None = None,
+                    prefetch_concurrency: int = 24, *, via_proxy: bool = False,
+                    key_filter: Callable[[str], bool] | None = None, **options: Any):
+        """Every object whose key starts with the URI's key (a raw S3 prefix: end it with '/' for a folder).
+
+        One paginated LIST, here in the constructor. `key_filter(key)` keeps only matching keys (it is
+        used while listing and not kept, so a lambda is fine with spawned workers). Labels are None.
+        """
+        settings = settings if settings is not None else Settings()
+        bucket, prefix = parse_s3_uri(uri)
+        store = _store(settings, bucket, via_proxy, 8)
+        refs = []
+        with store.errors(f"listing {uri}"):
+            for page in store.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+                for obj in page.get("Contents", []):
+                    key = obj["Key"]
+                    if key.endswith("/") or (key_filter is not None and not key_filter(key)):
+                        continue
+                    refs.append(ObjectRef(bucket, key, obj["Size"]))
+        refs.sort(key=lambda r: r.key)
+        return cls(refs, settings, transform, prefetch_concurrency, via_proxy=via_proxy, **options)
+
+    @classmethod
+    def from_objects(cls, uris: Iterable[str], settings: Settings | None = None, transform: Callable | None = None,
+                     prefetch_concurrency: int = 24, *, via_proxy: bool = False, **options: Any):
+        """Exactly these ``s3://bucket/key`` objects, in this order (no request is made here)."""
+        refs = []
+        for uri in uris:
+            bucket, key = parse_s3_uri(uri)
+            if not key or key.endswith("/"):
+                raise WorkbenchError(f"{uri!r} names no object (want s3://bucket/key)")
+            refs.append(ObjectRef(bucket, key))
+        return cls(refs, settings, transform, prefetch_concurrency, via_proxy=via_proxy, **options)
+
+    @classmethod
+    def from_manifest_file(cls, manifest_file: str | os.PathLike, manifest_parser: ManifestParser | None,
+                           base_uri: str, settings: Settings | None = None, transform: Callable | None = None,
+                           prefetch_concurrency: int = 24, *, via_proxy: bool = False, **options: Any):
+        """Objects ``base_uri/key`` for each (key, label) the parser yields from the manifest.
+
+        `manifest_file` is a local path or an ``s3://`` URI (read once, here); `manifest_parser(reader)`
+        gets a binary reader and yields (key, label), as in the OSS connector (None:
+        `default_manifest_parser`, for ``key [label]`` lines as workbench ingest writes them).
+        """
+        settings = settings if settings is not None else Settings()
+        parser = manifest_parser or default_manifest_parser
+        base_bucket, base_key = parse_s3_uri(base_uri)
+        base = base_key.rstrip("/")
+        name = str(manifest_file)
+        if name.startswith("s3://"):
+            bucket, key = parse_s3_uri(name)
+            store = _store(settings, bucket, via_proxy, 4)
+            try:
+                data, _ = store.get(key)
+            except KeyError:
+                raise WorkbenchError(f"manifest {name} does not exist") from None
+            reader: io.IOBase = _NamedBytesIO(data, name)
+        else:
+            path = Path(manifest_file)
+            if not path.is_file():
+                raise WorkbenchError(f"manifest {path} does not exist (or is not a file)")
+            reader = _NamedBytesIO(path.read_bytes(), name)
+        refs = []
+        try:
+            for key, label in parser(reader):
+                refs.append(ObjectRef(base_bucket, f"{base}/{key}" if base else key, None, label))
+        except WorkbenchError:
+            raise
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            raise WorkbenchError(f"manifest {name}: {exc}") from exc
+        return cls(refs, settings, transform, prefetch_concurrency, via_proxy=via_proxy, **options)
+
+    # ------------------------------------------------------------------------------------ fetching
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._stores: dict[str, S3Store] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        for transient in ("_stores", "_pool", "_lock", "_pid"):
+            state.pop(transient, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def _check_process(self) -> None:
+        if self._pid != os.getpid():  # a forked DataLoader worker: own connections and threads
+            self._reset()
+
+    def _store_for(self, bucket: str) -> S3Store:
+        self._check_process()
+        with self._lock:
+            store = self._stores.get(bucket)
+            if store is None:
+                store = self._stores[bucket] = _store(self.settings, bucket, self.via_proxy,
+                                                      self.prefetch_concurrency + 4)
+            return store
+
+    def _executor(self) -> ThreadPoolExecutor:
+        self._check_process()
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.prefetch_concurrency, thread_name_prefix="s3-dataset-get")
+            return self._pool
+
+    def fetch(self, ref: ObjectRef) -> ObjectItem:
+        """One GET: the object as an ObjectItem (missing object or bucket: WorkbenchError naming it)."""
+        store = self._store_for(ref.bucket)
+        try:
+            data, meta = store.get(ref.key)
+        except KeyError:
+            raise WorkbenchError(f"object {ref.uri} does not exist") from None
+        return ObjectItem(ref.bucket, ref.key, data, ref.label, meta)
+
+    def _apply(self, item: ObjectItem) -> Any:
+        result = self.transform(item)
+        if result is not item:
+            item.close()
+        return result
+
+    def _fetch_many(self, refs: Iterable[ObjectRef]) -> Iterator[ObjectItem]:
+        pool = self._executor()
+        results = in_flight(refs, lambda ref: pool.submit(self.fetch, ref), self.prefetch_concurrency)
+        try:
+            for _, item in results:
+                yield item
+        finally:
+            results.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+
+
+class ObjectMapDataset(_Objects, Dataset):
+    """Map-style: ``len(ds)``, ``ds[i]`` (one GET), ``ds.__getitems__(indices)`` (GETs in parallel)."""
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    def __getitem__(self, index: int) -> Any:
+        return self._apply(self.fetch(self.refs[operator.index(index)]))
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """The batch torch's DataLoader asks for, fetched with `prefetch_concurrency` GETs in flight."""
+        refs = [self.refs[i] for i in indices]
+        return [self._apply(item) for item in self._fetch_many(refs)]
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in self._fetch_many(self.refs):
+            yield self._apply(item)
+
+
+class ObjectIterableDataset(_Objects, IterableDataset):
+    """Iterable: `prefetch_concurrency` GETs in flight, objects split across ranks and DataLoader workers.
+
+    Options (keyword arguments of every constructor): ``shuffle`` (a seeded order per epoch, see
+    `set_epoch`), ``seed``, ``shard_id``/``num_shards`` (ranks). Without shuffle, a single worker yields
+    the objects in list order; several workers interleave (each takes every n-th object).
+    """
+
+    def __init__(self, refs: Sequence[ObjectRef], settings: Settings | None = None,
+                 transform: Callable[[ObjectItem], Any] | None = None, prefetch_concurrency: int = 24,
+                 via_proxy: bool = False, *, shuffle: bool = False, seed: int = 0, shard_id: int = 0,
+                 num_shards: int = 1) -> None:
+        super().__init__(refs, settings, transform, prefetch_concurrency, via_proxy)
+        effective_shard(shard_id, num_shards)  # rejects bad ranks now
+        self.shuffle, self.seed, self.shard_id, self.num_shards = shuffle, seed, shard_id, num_shards
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        """Objects of this rank (all DataLoader workers together)."""
+        return len(take_shard(range(len(self.refs)), self.shard_id, self.num_shards))
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        worker_id, num_workers = (info.id, info.num_workers) if info else (0, 1)
+        order = epoch_order(self.refs, self.seed, self.epoch, self.shuffle)
+        mine = take_shard(order, *effective_shard(self.shard_id, self.num_shards, worker_id, num_workers))
+        for item in self._fetch_many(mine):
+            yield self._apply(item)
+
+
+class _NamedBytesIO(io.BytesIO):
+    """A manifest's bytes with the file's name, so parsers can say where a bad line is."""
+
+    def __init__(self, data: bytes, name: str) -> None:
+        super().__init__(data)
+        self.name = name
+
+
+def _store(settings: Settings, bucket: str, via_proxy: bool, connections: int) -> S3Store:
+    return S3Store(settings, bucket, "", via_proxy, connections=connections)
+
+
+# -------------------------------------------------------------------------------- RemoteDataset
+
+
+class _ClientSpec:
+    """How to rebuild a given boto3 client in another process (endpoint, region, credentials, config)."""
+
+    def __init__(self, client: Any) -> None:
+        self.endpoint_url = client.meta.endpoint_url
+        self.region = client.meta.region_name
+        self.config = client.meta.config
+        # botocore keeps the signing credentials here; there is no public getter on a client.
+        creds = getattr(getattr(client, "_request_signer", None), "_credentials", None)
+        frozen = creds.get_frozen_credentials() if creds is not None else None
+        self.access_key = frozen.access_key if frozen else None
+        self.secret_key = frozen.secret_key if frozen else None
+        self.token = frozen.token if frozen else None
+
+    def make(self) -> Any:
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint_url, region_name=self.region, config=self.config,
+                            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
+                            aws_session_token=self.token)
+
+
+class _ClientStore(S3Store):
+    """An S3Store over a client the user made (cortx-style ``RemoteDataset(client, ...)``)."""
+
+    def __init__(self, client: Any, bucket: str, prefix: str) -> None:
+        super().__init__(Settings.model_construct(), bucket, prefix)
+        self.endpoint = client.meta.endpoint_url
+        self._client = client
+
+
+class RemoteDataset(IterableDataset):
+    """cortx_pytorch's dataset: s3-shards streamed into a webdataset-style pipeline.
+
+    ``RemoteDataset(settings_or_client, bucket, folder, split="train", **loader_config)`` reads
+    ``s3://bucket/folder/<split>/`` (the s3-shards layout) with `S3ShardsLoader` (``shuffle_buffer``,
+    ``parallel_shards``, ``shuffle``, ``seed``, ``shard_id``/``num_shards``... as loader settings) and
+    yields webdataset sample dicts: ``{"__key__", "__url__", "jpg": bytes, "cls": bytes, "id": str,
+    "sum": str}``. Each method returns a new dataset with one more stage (webdataset's own filters)::
+
+        ds = (RemoteDataset(client, bucket, folder)
+              .decode("pil")                     # images -> PIL ("rgb8", "torchrgb", ... or None), cls -> int
+              .to_tuple("jpg;png", "cls")        # the first present of jpg/png, then cls
+              .map_tuple(preproc, lambda x: x)
+              .batched(64))                      # tensors stacked, ints -> arrays
+        DataLoader(ds, num_workers=3, batch_size=None)
+
+    DataLoader workers split the shards (shards are the unit of splitting: keep at least as many as
+    ranks x workers). A boto3 client is rebuilt in each worker from its endpoint, region, credentials
+    and config; with `Settings`, the workbench's own client is made there. Call `set_epoch` each epoch.
+    """
+
+    def __init__(self, settings_or_client: Any, bucket: str, prefix: str = "", split: str = "train",
+                 **loader_config: Any) -> None:
+        super().__init__()
+        if isinstance(settings_or_client, Settings):
+            self.settings: Settings | None = settings_or_client
+            self._client, self._spec = None, None
+        elif hasattr(settings_or_client, "get_object") and hasattr(settings_or_client, "meta"):
+            self.settings = None
+            self._client, self._spec = settings_or_client, _ClientSpec(settings_or_client)
+        else:
+            raise WorkbenchError(
+                f"RemoteDataset needs workbench Settings or a boto3 S3 client, got {type(settings_or_client).__name__}"
+            )
+        self._client_pid = os.getpid()
+        loader_config.setdefault("dataset", f"s3://{bucket}/{prefix.strip('/')}")
+        try:
+            self.config = S3ShardsConfig(split=split, bucket=bucket, prefix=prefix, **loader_config)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or "config"
+            raise WorkbenchError(f"invalid RemoteDataset setting '{field}': {first['msg']}") from exc
+        self.stages: list[Callable[[Iterator], Iterator]] = []
+        self.epoch = 0
+
+    # ------------------------------------------------------------------------------------ pipeline
+
+    def _then(self, stage: Callable[[Iterator], Iterator]) -> RemoteDataset:
+        new = copy.copy(self)
+        new.stages = [*self.stages, stage]
+        return new
+
+    def compose(self, stage: Callable[[Iterator], Iterator]) -> RemoteDataset:
+        """Any iterator -> iterator stage (a webdataset filter, a generator function)."""
+        return self._then(stage)
+
+    def decode(self, *handlers: Any, **kw: Any) -> RemoteDataset:
+        """webdataset decoding: an image spec ("pil", "rgb8", "torchrgb", ...) or handler functions, or
+        None/nothing for the basic decoders only (cls -> int, json, npy...)."""
+        import webdataset as wds
+
+        kw.setdefault("partial", True)  # id/sum are already text
+        return self._then(wds.filters.decode(*[h for h in handlers if h is not None], **kw))
+
+    def to_tuple(self, *fields: str, **kw: Any) -> RemoteDataset:
+        import webdataset as wds
+
+        return self._then(wds.filters.to_tuple(*fields, **kw))
+
+    def map_tuple(self, *fns: Callable | None, **kw: Any) -> RemoteDataset:
+        import webdataset as wds
+
+        return self._then(wds.filters.map_tuple(*fns, **kw))
+
+    def map(self, fn: Callable, **kw: Any) -> RemoteDataset:
+        import webdataset as wds
+
+        return self._then(wds.filters.map(fn, **kw))
+
+    def batched(self, batchsize: int, collation_fn: Callable | None = None, partial: bool = True) -> RemoteDataset:
+        import webdataset as wds
+
+        if batchsize < 1:
+            raise WorkbenchError(f"batch size must be >= 1, got {batchsize}")
+        kw = {"collation_fn": collation_fn} if collation_fn is not None else {}
+        return self._then(wds.filters.batched(batchsize, partial=partial, **kw))
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    # ------------------------------------------------------------------------------------- reading
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_client"] = None  # rebuilt from _spec in the worker
+        return state
+
+    def _store(self) -> _ClientStore | None:
+        if self._spec is None:
+            return None
+        if self._client is None or self._client_pid != os.getpid():
+            self._client, self._client_pid = self._spec.make(), os.getpid()
+        return _ClientStore(self._client, self.config.bucket or "", self.config.prefix or "")
+
+    def loader(self, worker_id: int = 0, num_workers: int = 1) -> S3ShardsLoader:
+        settings = self.settings if self.settings is not None else Settings.model_construct()
+        return S3ShardsLoader(settings, self.config, worker_id, num_workers, store=self._store())
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        worker_id, num_workers = (info.id, info.num_workers) if info else (0, 1)
+        with self.loader(worker_id, num_workers) as loader:
+            source: Iterator[Any] = (_as_text(s) for s in loader.raw_samples(self.epoch))
+            for stage in self.stages:
+                source = stage(source)
+            yield from source
+
+
+def _as_text(sample: dict[str, Any]) -> dict[str, Any]:
+    """The shard's ``id`` (a uuid) and ``sum`` entries as text: webdataset would decode ``.id`` as an int."""
+    for ext in ("id", "sum"):
+        if isinstance(sample.get(ext), bytes):
+            sample[ext] = sample[ext].decode()
+    return sample

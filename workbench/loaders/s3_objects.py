@@ -1,0 +1,254 @@
+"""S3, one object per sample (the OSS-connector / "bucket of JPEGs" way): many small GETs kept in flight.
+
+Layout: `workbench.backends.s3_objects` (``<prefix>/<split>/<class>/<basename>``, metadata ``id`` and
+``label``/``label-object``, ``.label`` sidecars for blob labels, ``<split>/manifest.txt``).
+
+The key list comes from the split's manifest, written at ingest: one GET per loader (cached), never a
+LIST per worker or per epoch. Order = `epoch_order` of the manifest lines, then this reader's share
+(`take_shard` of rank x DataLoader worker), so objects are the unit of splitting. Each item is one
+GET (two for blob labels: object, then its sidecar); its key is the sample id from the object's
+``x-amz-meta-id``, its int label the manifest's (the metadata's when the line has none).
+
+* `S3ObjectsLoader` ("s3-objects") keeps `concurrency` GETs in flight (`in_flight` over a thread pool
+  and a client with as many pooled connections), in order or in completion order (``ordered=False``).
+* `S3NaiveLoader` ("s3-naive") does the same GETs one at a time: the "before" picture, one round trip
+  per sample.
+
+`ObjectMapDataset` / `ObjectIterableDataset` (the OSS connector's API: from_prefix, from_objects,
+from_manifest_file) live in `workbench.loaders.object_datasets` (they import torch) and are importable
+from here lazily.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import unquote
+
+from pydantic import Field
+
+from workbench.backends.s3_objects import MANIFEST, S3Store
+from workbench.config import Settings
+from workbench.errors import WorkbenchError
+from workbench.loaders.base import Item, Loader, LoaderConfig
+from workbench.loaders.inflight import in_flight
+from workbench.loaders.order import effective_shard, epoch_order, take_shard
+from workbench.loaders.s3_shards import locate_prefix
+
+Entry = tuple[str, str | None]  # (key relative to <prefix>/<split>/, manifest label field or None)
+
+
+class S3ObjectsConfig(LoaderConfig):
+    bucket: str | None = Field(None, description="bucket (default: the catalog's, else settings.s3_bucket)")
+    prefix: str | None = Field(None, description="key prefix of the dataset (default: the catalog's)")
+
+
+# ------------------------------------------------------------------------------------------- manifest
+
+
+def manifest_lines(reader: io.IOBase, name: str | None = None) -> Iterator[tuple[int, str, str | None]]:
+    """(line number, key, label field or None) of every non-blank line of a ``key [label]`` manifest.
+
+    Keys (and label fields) are percent-decoded (the layout encodes '%' and whitespace). A line with
+    more than two fields, an empty or absolute key, or bytes that are not UTF-8 raises WorkbenchError
+    naming the file and the line.
+    """
+    name = name or str(getattr(reader, "name", "<manifest>"))
+    data = reader.read()
+    if not isinstance(data, bytes | str):
+        raise WorkbenchError(f"manifest {name}: the reader returned {type(data).__name__}, not bytes or text")
+    for number, raw in enumerate(data.splitlines(), start=1):
+        try:
+            line = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError:
+            raise WorkbenchError(f"manifest {name} line {number}: not UTF-8 text") from None
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) > 2:
+            raise WorkbenchError(
+                f"manifest {name} line {number}: expected 'key [label]', got {len(fields)} fields "
+                f"({line.strip()[:80]!r}); percent-encode whitespace in keys as %20"
+            )
+        key = unquote(fields[0])
+        if key.startswith("/") or not key.strip("/"):
+            raise WorkbenchError(f"manifest {name} line {number}: bad key {fields[0]!r} (want a relative key)")
+        yield number, key, unquote(fields[1]) if len(fields) == 2 else None
+
+
+def default_manifest_parser(reader: io.IOBase) -> Iterator[tuple[str, Any]]:
+    """The OSS-connector manifest parser for this project's manifests: (key, label) per ``key [label]`` line.
+
+    Labels: an int for decimal labels, the string otherwise (a blob label's sidecar key), None when the
+    line has no label. A malformed line raises WorkbenchError naming the file and the line number.
+    """
+    for _, key, label in manifest_lines(reader):
+        if label is not None and label.lstrip("-").isdigit():
+            yield key, int(label)
+        else:
+            yield key, label
+
+
+# ------------------------------------------------------------------------------------------- loaders
+
+
+class S3ObjectsLoader(Loader):
+    """One GET per sample, `concurrency` of them in flight."""
+
+    name = "s3-objects"
+    backend = "s3-objects"
+    Config = S3ObjectsConfig
+    config: S3ObjectsConfig
+
+    def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1,
+                 *, store: S3Store | None = None) -> None:
+        super().__init__(settings, config, worker_id, num_workers)
+        if store is None:
+            bucket, prefix = locate_prefix(settings, self.backend, config)
+            store = S3Store(settings, bucket, prefix, config.via_proxy, connections=config.concurrency + 4)
+        self.store = store
+        self._entries: list[Entry] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def entries(self) -> list[Entry]:
+        """The split's manifest lines (one GET, cached for the loader's life), in manifest order."""
+        if self._entries is None:
+            self._entries = read_manifest(self.store, self.config.split, self.config.dataset)
+        return self._entries
+
+    def my_entries(self, epoch: int) -> list[Entry]:
+        c = self.config
+        order = epoch_order(self.entries(), c.seed, epoch, c.shuffle)
+        return take_shard(order, *effective_shard(c.shard_id, c.num_shards, self.worker_id, self.num_workers))
+
+    def fetch(self, entry: Entry) -> Item:
+        """GET one object (and its label sidecar for blob labels) as an Item keyed by its sample id."""
+        rel, label_field = entry
+        split = self.config.split
+        key = f"{split}/{rel}"
+        try:
+            data, meta = self.store.get(key)
+        except KeyError:
+            raise WorkbenchError(
+                f"object {self.store.where}/{key} is listed in the manifest but missing: re-run the ingest"
+            ) from None
+        sample_id = meta.get("id")
+        if not sample_id:
+            raise WorkbenchError(f"object {self.store.where}/{key} has no x-amz-meta-id: not ingested by workbench")
+        label: int | bytes | None = None
+        label_type = self.config.label_type
+        if label_type == "int":
+            raw = label_field if label_field is not None else meta.get("label")
+            try:
+                label = int(raw) if raw is not None else None
+            except ValueError:
+                label = None
+            if label is None:
+                raise WorkbenchError(
+                    f"object {self.store.where}/{key} (sample {sample_id}) has no int label "
+                    f"(manifest {label_field!r}, metadata {meta.get('label')!r}): use label_type blob or none"
+                )
+        elif label_type == "blob":
+            folder = rel.rpartition("/")[0]
+            sidecar = label_field or (f"{folder}/{meta['label-object']}" if meta.get("label-object") else None)
+            if sidecar is None:
+                raise WorkbenchError(
+                    f"object {self.store.where}/{key} (sample {sample_id}) has no label sidecar: "
+                    "use label_type int or none"
+                )
+            try:
+                label, _ = self.store.get(f"{split}/{sidecar}")
+            except KeyError:
+                raise WorkbenchError(
+                    f"label sidecar {self.store.where}/{split}/{sidecar} of sample {sample_id} is missing"
+                ) from None
+        return Item(sample_id, label, data)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="s3-object-get")
+            return self._pool
+
+    def iter_epoch(self, epoch: int) -> Iterator[Item]:
+        mine = self.my_entries(epoch)
+        if not mine:
+            return
+        pool = self._executor()
+        results = in_flight(mine, lambda e: pool.submit(self.fetch, e), self.config.concurrency,
+                            ordered=self.config.ordered)
+        try:
+            for _, item in results:
+                yield item
+        finally:
+            results.close()
+
+    def close(self) -> None:
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+
+
+class S3NaiveLoader(S3ObjectsLoader):
+    """The same GETs, one at a time and in order, nothing prefetched: one round trip per sample."""
+
+    name = "s3-naive"
+
+    def iter_epoch(self, epoch: int) -> Iterator[Item]:
+        for entry in self.my_entries(epoch):
+            yield self.fetch(entry)
+
+
+def read_manifest(store: S3Store, split: str, dataset: str = "") -> list[Entry]:
+    """Entries of ``<split>/manifest.txt`` in `store` (one GET)."""
+    key = f"{split}/{MANIFEST}"
+    try:
+        data, _ = store.get(key)
+    except KeyError:
+        raise WorkbenchError(
+            f"no manifest at {store.where}/{key}: dataset '{dataset}' split '{split}' was not ingested into "
+            "s3-objects there (`workbench ingest --backend s3-objects`), or pass bucket/prefix"
+        ) from None
+    return [(k, label) for _, k, label in manifest_lines(io.BytesIO(data), f"{store.where}/{key}")]
+
+
+def raw_ceiling(settings: Settings, config: LoaderConfig) -> tuple[int, int]:
+    """What plain boto3 GETs deliver: every object of the split's manifest on a ThreadPoolExecutor(concurrency).
+
+    Returns (samples, bytes): bytes = the objects' bodies (the encoded images; label sidecars are not
+    read). The manifest GET is included. Reads all ranks' objects. Time the call to get the rates.
+    """
+    bucket, prefix = locate_prefix(settings, "s3-objects", config)
+    store = S3Store(settings, bucket, prefix, config.via_proxy, connections=config.concurrency + 4)
+    entries = read_manifest(store, config.split, config.dataset)
+    client = store.client
+
+    def get(entry: Entry) -> int:
+        key = store.full(f"{config.split}/{entry[0]}")
+        with store.errors(f"reading {key}"):
+            return len(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+    with ThreadPoolExecutor(config.concurrency, thread_name_prefix="s3-ceiling") as pool:
+        total = sum(pool.map(get, entries))
+    return len(entries), total
+
+
+_DATASETS = ("ObjectMapDataset", "ObjectIterableDataset", "ObjectItem", "parse_s3_uri")
+
+
+def __getattr__(name: str):
+    # The torch datasets import torch: only when they are asked for.
+    if name in _DATASETS:
+        from workbench.loaders import object_datasets
+
+        return getattr(object_datasets, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["S3NaiveLoader", "S3ObjectsConfig", "S3ObjectsLoader", "default_manifest_parser", "manifest_lines",
+           "raw_ceiling", "read_manifest", *_DATASETS]

@@ -1,0 +1,263 @@
+"""S3 WebDataset shards (the cortx_pytorch way): few big GETs, a shuffle buffer, shards as the unit of split.
+
+Layout: `workbench.backends.s3_shards` (``<prefix>/<split>/shard-NNNNNN.tar`` + ``index.json``).
+
+One epoch of one reader (rank x DataLoader worker):
+
+1. the split's index is read once per loader (one GET) and cached;
+2. shard order = `epoch_order(shards, seed, epoch, shuffle)`; this reader takes every count-th shard
+   from its flat index (`effective_shard`). **Shards are the unit of splitting**: with fewer shards
+   than ranks x workers, some readers get no shard at all and deliver nothing that epoch (a warning
+   says so; nothing hangs). Ingest with a smaller ``maxcount``/``maxsize`` to give every reader work;
+3. `parallel_shards` shard GETs are kept in flight on a thread pool (`in_flight`, in order unless
+   ``ordered=False``); each shard is fetched and parsed (`read_shard`) in a pool thread, so at most
+   `parallel_shards` + 1 shards are held in memory (2x their size while parsing);
+4. samples pass through a `shuffle_buffer` of `shuffle_buffer` items seeded by (seed, epoch, reader),
+   the WebDataset-style approximate shuffle (0 or 1, or ``shuffle=False``: shard order only).
+
+`RemoteDataset` is the cortx_pytorch / webdataset fluent pipeline over the same reader
+(``RemoteDataset(settings_or_client, bucket, folder).decode("pil").to_tuple("jpg;png", "cls")
+.map_tuple(preproc, lambda x: x).batched(64)``); it lives with the other torch datasets in
+`workbench.loaders.object_datasets` and is importable from here without importing torch up front.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import warnings
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pydantic import Field
+
+from workbench.backends.s3_objects import S3Store
+from workbench.config import Settings
+from workbench.data import ShardInfo, read_index, read_shard
+from workbench.errors import WorkbenchError
+from workbench.loaders.base import Item, Loader, LoaderConfig
+from workbench.loaders.inflight import in_flight
+from workbench.loaders.order import effective_shard, epoch_order, shuffle_buffer, take_shard
+
+log = logging.getLogger(__name__)
+
+INDEX = "index.json"
+# Label entries by label_type "blob", in the order the layout writes them (workbench.data.shards).
+BLOB_LABEL_ENTRIES = ("seg.png", "png", "npy", "lbl")
+
+
+class S3ShardsConfig(LoaderConfig):
+    shuffle_buffer: int = Field(1000, ge=0, le=1_000_000, description="samples in the shuffle buffer (0/1: off)")
+    parallel_shards: int = Field(4, ge=1, le=64, description="shard GETs in flight ahead of the reader")
+    bucket: str | None = Field(None, description="bucket (default: the catalog's, else settings.s3_bucket)")
+    prefix: str | None = Field(None, description="key prefix of the dataset (default: the catalog's)")
+
+
+def locate_prefix(settings: Settings, backend: str, config: LoaderConfig) -> tuple[str, str]:
+    """(bucket, prefix) of `config.dataset`: the config's overrides, else the catalog's layout."""
+    bucket, prefix = getattr(config, "bucket", None), getattr(config, "prefix", None)
+    if bucket is None or prefix is None:
+        from workbench.catalog import locate
+
+        entry = locate(settings, backend, config.dataset)
+        bucket = bucket if bucket is not None else entry.get("bucket") or settings.s3_bucket
+        prefix = prefix if prefix is not None else entry.get("prefix", "")
+    return bucket, prefix.strip("/")
+
+
+class S3ShardsLoader(Loader):
+    """Streams the split's tar shards from S3: shard-level split and order, sample-level shuffle buffer."""
+
+    name = "s3-shards"
+    backend = "s3-shards"
+    Config = S3ShardsConfig
+    config: S3ShardsConfig
+
+    def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1,
+                 *, store: S3Store | None = None) -> None:
+        super().__init__(settings, config, worker_id, num_workers)
+        if store is None:
+            bucket, prefix = locate_prefix(settings, self.backend, config)
+            store = S3Store(settings, bucket, prefix, config.via_proxy, connections=config.parallel_shards + 4)
+        self.store = store
+        self._index: list[ShardInfo] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self._warned = False
+
+    # ------------------------------------------------------------------------------------ index
+
+    def shards(self) -> list[ShardInfo]:
+        """The split's shards, from its index (one GET, cached for the loader's life)."""
+        if self._index is None:
+            split = self.config.split
+            try:
+                data, _ = self.store.get(f"{split}/{INDEX}")
+            except KeyError:
+                raise WorkbenchError(
+                    f"no shard index at {self.store.where}/{split}/{INDEX}: dataset '{self.config.dataset}' split "
+                    f"'{split}' was not ingested into s3-shards there (`workbench ingest --backend s3-shards`), "
+                    "or pass bucket/prefix"
+                ) from None
+            try:
+                self._index = read_index(data)
+            except WorkbenchError as exc:
+                raise WorkbenchError(f"{self.store.where}/{split}/{INDEX}: {exc}") from None
+        return self._index
+
+    def my_shards(self, epoch: int) -> tuple[list[ShardInfo], int]:
+        """This reader's shards for `epoch`, in reading order, and its flat reader index."""
+        c = self.config
+        index, count = effective_shard(c.shard_id, c.num_shards, self.worker_id, self.num_workers)
+        shards = self.shards()
+        mine = take_shard(epoch_order(shards, c.seed, epoch, c.shuffle), index, count)
+        if not mine and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"s3-shards: reader {index} of {count} (rank {c.shard_id}/{c.num_shards}, worker "
+                f"{self.worker_id}/{self.num_workers}) gets no shard: {self.store.where}/{c.split} has only "
+                f"{len(shards)} shard(s); shards are the unit of splitting, so ingest with a smaller "
+                "maxcount/maxsize to keep every reader busy",
+                RuntimeWarning, stacklevel=3,
+            )
+        return mine, index
+
+    # ---------------------------------------------------------------------------------- reading
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.config.parallel_shards, thread_name_prefix="s3-shard-get")
+            return self._pool
+
+    def shard_url(self, info: ShardInfo) -> str:
+        return f"{self.store.where}/{self.config.split}/{info.name}"
+
+    def fetch(self, info: ShardInfo) -> list[dict[str, Any]]:
+        """GET one shard and parse it into webdataset-style sample dicts (with ``__key__`` and ``__url__``)."""
+        url = self.shard_url(info)
+        try:
+            data, _ = self.store.get(f"{self.config.split}/{info.name}")
+        except KeyError:
+            raise WorkbenchError(f"shard {url} is listed in the index but missing: re-run the ingest") from None
+        if len(data) != info.bytes:
+            raise WorkbenchError(
+                f"shard {url}: corrupt or truncated ({len(data)} bytes, the index says {info.bytes}): re-run the ingest"
+            )
+        samples = list(read_shard(data, url))  # WorkbenchError naming the shard on any damage
+        for entries in samples:
+            entries["__url__"] = url
+        return samples
+
+    def raw_samples(self, epoch: int) -> Iterator[dict[str, Any]]:
+        """This reader's raw sample dicts for `epoch`: shards in flight, then the shuffle buffer."""
+        mine, index = self.my_shards(epoch)
+        if not mine:
+            return
+        pool = self._executor()
+        fetched = in_flight(mine, lambda info: pool.submit(self.fetch, info), self.config.parallel_shards,
+                            ordered=self.config.ordered)
+
+        def stream() -> Iterator[dict[str, Any]]:
+            for _, shard_samples in fetched:
+                yield from shard_samples
+
+        size = self.config.shuffle_buffer if self.config.shuffle else 0
+        try:
+            yield from shuffle_buffer(stream(), size, random.Random(f"{self.config.seed}:{epoch}:{index}"))
+        finally:
+            fetched.close()  # cancels the GETs not yet started when the consumer stops early
+
+    def iter_epoch(self, epoch: int) -> Iterator[Item]:
+        for entries in self.raw_samples(epoch):
+            yield self.item(entries)
+
+    def item(self, entries: dict[str, Any]) -> Item:
+        """An Item from a sample dict: key = the ``id`` entry, data = the image entry, label per label_type."""
+        where = f"sample {entries.get('__key__')} in {entries.get('__url__', 'a shard')}"
+        raw_id = entries.get("id")
+        if raw_id is None:
+            raise WorkbenchError(f"{where} has no 'id' entry: not a workbench shard (ingest with workbench)")
+        key = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+        exts = [k for k in entries if not k.startswith("__")]
+        image_ext = exts[0]  # the layout writes the image first (workbench.data.shards.sample_to_entries)
+        if image_ext in ("id", "sum"):
+            raise WorkbenchError(f"{where} has no image entry")
+        label: int | bytes | None = None
+        label_type = self.config.label_type
+        if label_type == "int":
+            if "cls" not in entries:
+                raise WorkbenchError(
+                    f"sample {key} in {entries.get('__url__')} has no 'cls' entry but label_type is int: "
+                    "use label_type blob (masks, multilabel) or none"
+                )
+            try:
+                label = int(entries["cls"])
+            except ValueError:
+                raise WorkbenchError(f"sample {key} in {entries.get('__url__')}: 'cls' is not an integer") from None
+        elif label_type == "blob":
+            ext = next((e for e in BLOB_LABEL_ENTRIES if e in entries and e != image_ext), None)
+            if ext is None:
+                raise WorkbenchError(
+                    f"sample {key} in {entries.get('__url__')} has no label entry ({', '.join(BLOB_LABEL_ENTRIES)}) "
+                    "but label_type is blob: use label_type int or none"
+                )
+            label = entries[ext]
+        return Item(key, label, entries[image_ext])
+
+    def close(self) -> None:
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+
+
+def raw_ceiling(settings: Settings, config: LoaderConfig) -> tuple[int, int]:
+    """What plain boto3 GETs deliver: every shard of the split, `config.concurrency` threads, no parsing.
+
+    Returns (samples, bytes): samples counted from the index, bytes = **whole shard objects** as
+    transferred (tar headers, labels and the id/sum entries included, a few percent above the image
+    bytes a loader counts). Time the call to get the ceiling rates. Reads all ranks' shards.
+    """
+    bucket, prefix = locate_prefix(settings, "s3-shards", config)
+    store = S3Store(settings, bucket, prefix, config.via_proxy, connections=config.concurrency + 4)
+    split = config.split
+    try:
+        infos = read_index(store.get(f"{split}/{INDEX}")[0])
+    except KeyError:
+        raise WorkbenchError(f"no shard index at {store.where}/{split}/{INDEX}: ingest first") from None
+    client = store.client
+
+    def get(info: ShardInfo) -> int:
+        with store.errors(f"reading {store.full(f'{split}/{info.name}')}"):
+            body = client.get_object(Bucket=bucket, Key=store.full(f"{split}/{info.name}"))["Body"]
+            return len(body.read())
+
+    with ThreadPoolExecutor(config.concurrency, thread_name_prefix="s3-ceiling") as pool:
+        total = sum(pool.map(get, infos))
+    return sum(i.samples for i in infos), total
+
+
+def make_client(url: str, access_key: str, secret_key: str, region: str = "us-east-1", timeout_s: float = 10.0,
+                max_pool_connections: int = 64):
+    """A boto3 S3 client for an endpoint URL, like cortx_pytorch's ``make_client`` (path-style, timeouts)."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3", endpoint_url=url, aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name=region,
+        config=Config(connect_timeout=timeout_s, read_timeout=timeout_s,
+                      retries={"max_attempts": 3, "mode": "standard"},
+                      max_pool_connections=max_pool_connections, s3={"addressing_style": "path"}),
+    )
+
+
+def __getattr__(name: str):
+    # RemoteDataset subclasses torch's IterableDataset: import torch only when it is asked for.
+    if name == "RemoteDataset":
+        from workbench.loaders.object_datasets import RemoteDataset
+
+        return RemoteDataset
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,10 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 comma := ,
-EXTRAS ?= triton,dev
+EXTRAS ?= triton,torch,tf,dali,bench,peers,dev
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-10)-$(subst $(comma),_,$(EXTRAS))
 
-.PHONY: venv stack-up stack-down stack-status demo test unit lint
+.PHONY: venv stack-up stack-down stack-status demo test unit lint sweep notebooks
 
 venv: $(STAMP)
 
@@ -25,8 +25,23 @@ stack-down:
 stack-status: venv
 	$(BIN)/workbench stack status
 
+# The main job: real servers, one sample through each, then ingest + a small sweep + its report.
 demo: stack-up
 	$(BIN)/workbench stack probe
+	$(BIN)/workbench sweep notebooks/sweeps/demo.yaml --results-root results
+
+SWEEP ?= notebooks/sweeps/network.yaml
+sweep: stack-up
+	$(BIN)/workbench sweep $(SWEEP) --results-root results
+
+# Executes the notebooks with papermill; executed copies are saved beside their results.
+NB_OUT ?= results/notebook-sweep
+notebooks: stack-up
+	mkdir -p $(NB_OUT)
+	$(BIN)/papermill notebooks/01-stack-and-ingest.ipynb $(NB_OUT)/01-stack-and-ingest.ipynb
+	$(BIN)/papermill notebooks/02-loader-sweep.ipynb $(NB_OUT)/02-loader-sweep.ipynb -p name notebook-sweep
+	$(BIN)/papermill notebooks/03-triton-inference.ipynb $(NB_OUT)/03-triton-inference.ipynb
+	$(BIN)/papermill notebooks/04-report.ipynb $(NB_OUT)/04-report.ipynb -p results_dir $(NB_OUT)
 
 test: stack-up
 	$(BIN)/python -m pytest

@@ -203,6 +203,61 @@ def bench_ingest_command(
     console.print(f"results: {results_dir}")
 
 
+@bench_app.command("loaders")
+def bench_loaders_command(
+    loader: Annotated[list[str] | None, typer.Option("--loader", "-l", help="repeatable; default: all here")] = None,
+    count: Annotated[int, typer.Option(min=10)] = 1000,
+    mean_kb: Annotated[float, typer.Option(min=1)] = 110.0,
+    concurrency: Annotated[int, typer.Option(min=1)] = 32,
+    rtt_ms: Annotated[list[float] | None, typer.Option("--rtt-ms", help="repeatable; default 0 and 50")] = None,
+    repeats: Annotated[int, typer.Option(min=1)] = 3,
+    results_dir: Annotated[Path, typer.Option()] = Path("results/bench-loaders"),
+) -> None:
+    """Every loader vs its backend's raw ceiling (plain client loop), at each round-trip time."""
+    from workbench.bench.loaders import bench_loaders
+
+    names = loader or [n for n in ("cassandra", "s3-shards", "s3-objects", "s3-naive", "ignite", "fs")]
+    rows = bench_loaders(get_settings(), names, count, mean_kb, concurrency, rtt_ms or [0.0, 50.0], repeats,
+                         results_dir)
+    table = Table("loader", "backend", "RTT ms", "samples/s", "min", "max", "MB/s", "/ ceiling", "/ own 0 ms",
+                  title=f"loaders vs raw ceilings: {count} x {mean_kb:.0f} KB, concurrency {concurrency}, "
+                  f"median of {repeats}")
+    for r in rows:
+        table.add_row(r["loader"], r["backend"], f"{r['rtt_ms']:.0f}", f"{r['samples_per_s']:.0f}",
+                      f"{r['samples_per_s_min']:.0f}", f"{r['samples_per_s_max']:.0f}", f"{r['mb_per_s']:.1f}",
+                      f"{r['ratio_to_ceiling']:.2f}", f"{r['ratio_to_0ms']:.2f}")
+    console.print(table)
+    console.print(f"results: {results_dir}")
+
+
+@app.command("sweep")
+def sweep_command(
+    config: Annotated[Path, typer.Argument(help="sweep YAML (see notebooks/sweeps/)")],
+    results_root: Annotated[Path, typer.Option(help="results go to RESULTS_ROOT/<sweep name>/")] = Path("results"),
+    report: Annotated[bool, typer.Option(help="build the report when the sweep ends")] = True,
+) -> None:
+    """Run a throughput/latency sweep over network, layout and loader settings."""
+    from workbench.bench.sweep import run_sweep
+    from workbench.bench.sweep_config import load_sweep_config
+    from workbench.results import check_writable
+
+    cfg = load_sweep_config(config)  # invalid configs fail here, before anything runs
+    check_writable(results_root / cfg.name)
+    console.print(f"sweep {cfg.name}: {len(cfg.points())} points x {cfg.repetitions} repetitions")
+    folder = run_sweep(get_settings(), cfg, results_root)
+    console.print(f"results: {folder}")
+    if report:
+        report_command(folder)
+
+
+@app.command("report")
+def report_command(results_dir: Annotated[Path, typer.Argument(help="a sweep's results folder")]) -> None:
+    """Plots and one HTML page from a sweep's results."""
+    from workbench.report import build_report
+
+    console.print(f"report: {build_report(results_dir)}")
+
+
 def main() -> None:
     """Entry point: user mistakes print one line, not a traceback."""
     try:

@@ -1,0 +1,177 @@
+"""The filesystem loader over both layouts of the fs backend: no services, everything under tmp_path."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import uuid
+from collections import Counter
+
+import pytest
+from torch.utils.data import DataLoader
+
+from workbench.adapters.torch import LoaderDataset, collate_raw
+from workbench.backends.registry import make_backend
+from workbench.config import Settings
+from workbench.data import SyntheticSource
+from workbench.errors import WorkbenchError
+from workbench.ingest import ingest
+from workbench.loaders import make_loader
+from workbench.loaders.fs import raw_ceiling
+
+LAYOUTS = ["imagefolder", "shards"]
+N = 60
+
+
+class TwoSplits:
+    """SyntheticSource with every 4th sample in 'val' (to check that a loader reads one split only)."""
+
+    def __init__(self, inner) -> None:
+        self.splits = ["train", "val"]
+        self.inner, self.name, self.classes = inner, inner.name, inner.classes
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __iter__(self):
+        samples = list(self.inner)
+        yield from (s for i, s in enumerate(samples) if i % 4)
+        yield from (dataclasses.replace(s, split="val") for i, s in enumerate(samples) if not i % 4)
+
+
+@pytest.fixture
+def settings(tmp_path) -> Settings:
+    return Settings(state_dir=tmp_path / "state", s3_access_key=None, s3_secret_key=None)
+
+
+@pytest.fixture(scope="module")
+def source():
+    return TwoSplits(SyntheticSource(N, mean_kb=8, name=f"fsl-{uuid.uuid4().hex[:6]}"))
+
+
+@pytest.fixture(params=LAYOUTS)
+def dataset(request, settings, source, tmp_path):
+    """(layout, root, {id: sample} of the train split) ingested with the fs backend under tmp_path."""
+    layout = request.param
+    root = tmp_path / f"data-{layout}"
+    options = {"maxcount": 5} if layout == "shards" else {}
+    backend = make_backend("fs", settings, source.name, layout=layout, root=root, **options)
+    ingest(source, backend, progress=False)
+    train = {str(s.id): s for s in source if s.split == "train"}
+    return layout, root, train
+
+
+def read(settings, source, root, **config):
+    with make_loader("fs", settings, dataset=source.name, root=root, **config) as loader:
+        return list(loader)
+
+
+def test_one_epoch_is_exactly_the_split_byte_identical(settings, source, dataset):
+    _, root, train = dataset
+    items = read(settings, source, root, shuffle=False)
+    assert len(items) == len(train) == 45
+    assert Counter(i.key for i in items) == Counter(list(train))
+    for item in items:
+        assert item.data == train[item.key].data
+        assert item.label == train[item.key].label
+    val = read(settings, source, root, split="val", shuffle=False)
+    assert {i.key for i in val} == {str(s.id) for s in source if s.split == "val"}
+
+
+def test_root_comes_from_the_catalog(settings, source, dataset):
+    _, _, train = dataset
+    with make_loader("fs", settings, dataset=source.name) as loader:
+        assert {i.key for i in loader} == set(train)
+
+
+def test_ranks_are_disjoint_and_cover_the_split(settings, source, dataset):
+    _, root, train = dataset
+    parts = [read(settings, source, root, shard_id=r, num_shards=3, seed=4) for r in range(3)]
+    keys = [{i.key for i in p} for p in parts]
+    assert sum(len(p) for p in parts) == len(train)
+    assert set().union(*keys) == set(train)
+    assert all(not (a & b) for i, a in enumerate(keys) for b in keys[i + 1:])
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_dataloader_workers_deliver_each_sample_once(settings, source, dataset, workers):
+    _, root, train = dataset
+    ds = LoaderDataset("fs", settings, dataset=source.name, root=str(root), concurrency=4)
+    loader = DataLoader(ds, batch_size=8, num_workers=workers, collate_fn=collate_raw)
+    keys = [k for batch in loader for k in batch["key"]]
+    assert Counter(keys) == Counter(list(train))
+
+
+def test_shuffle_epochs_differ_seed_reproducible(settings, source, dataset):
+    _, root, train = dataset
+
+    def epoch(e, seed=1, **kw):
+        with make_loader("fs", settings, dataset=source.name, root=root, seed=seed, shuffle_buffer=20, **kw) as lo:
+            lo.set_epoch(e)
+            return [i.key for i in lo]
+
+    e0, e1 = epoch(0), epoch(1)
+    assert e0 != e1 and sorted(e0) == sorted(e1) == sorted(train)
+    assert epoch(0) == e0  # same seed and epoch: same order
+    assert epoch(0, seed=2) != e0
+    assert epoch(0, shuffle=False) == epoch(1, shuffle=False)
+
+
+def test_unordered_mode_same_set(settings, source, dataset):
+    _, root, train = dataset
+    items = read(settings, source, root, ordered=False, concurrency=8)
+    assert Counter(i.key for i in items) == Counter(list(train))
+
+
+def test_raw_ceiling_reads_every_file(settings, source, dataset):
+    layout, root, train = dataset
+    samples, nbytes = raw_ceiling(settings, {"dataset": source.name, "root": root, "concurrency": 4})
+    assert samples == len(train)
+    payload = sum(len(s.data) for s in train.values())
+    assert nbytes == payload if layout == "imagefolder" else nbytes > payload
+
+
+def test_loader_pickles_before_and_after_use(settings, source, dataset):
+    _, root, train = dataset
+    loader = make_loader("fs", settings, dataset=source.name, root=root)
+    clone = pickle.loads(pickle.dumps(loader))
+    assert {i.key for i in clone} == set(train)
+    clone.close()
+    again = pickle.loads(pickle.dumps(clone))
+    assert len(list(again)) == len(train)
+    again.close()
+
+
+def test_missing_file_names_it(settings, source, dataset):
+    layout, root, _ = dataset
+    victim = next(p for p in sorted((root / "train").rglob("*")) if p.is_file() and (
+        p.suffix == ".tar" if layout == "shards" else p.suffix == ".jpg"))
+    victim.unlink()
+    with pytest.raises(WorkbenchError, match=victim.name) as info:
+        read(settings, source, root)
+    assert str(victim) in str(info.value) and "missing" in str(info.value)
+
+
+def test_unknown_split_and_root_are_clear_errors(settings, source, dataset, tmp_path):
+    _, root, _ = dataset
+    with pytest.raises(WorkbenchError, match=r"no split 'test'.*splits: train, val"):
+        read(settings, source, root, split="test")
+    with pytest.raises(WorkbenchError, match="does not exist"):
+        read(settings, source, tmp_path / "nowhere")
+
+
+def test_blob_labels(settings, tmp_path):
+    src = SyntheticSource(12, mean_kb=8, kind="segmentation", name=f"seg-{uuid.uuid4().hex[:6]}")
+    expected = {str(s.id): s for s in src}
+    for layout in LAYOUTS:
+        root = tmp_path / f"seg-{layout}"
+        ingest(src, make_backend("fs", settings, src.name, layout=layout, root=root, label_type="blob",
+                                 maxcount=5), progress=False)
+        items = read(settings, src, root, label_type="blob")
+        assert {i.key: (i.data, i.label) for i in items} == {k: (s.data, s.label) for k, s in expected.items()}
+        assert all(i.label is None for i in read(settings, src, root, label_type="none"))
+
+
+def test_invalid_config_fails_before_io(settings):
+    with pytest.raises(WorkbenchError, match="shuffle_buffer"):
+        make_loader("fs", settings, dataset="x", shuffle_buffer=-1)

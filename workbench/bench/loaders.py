@@ -1,0 +1,119 @@
+"""`workbench bench loaders`: every loader against its backend's raw ceiling, at several round-trip times.
+
+All runs go through toxiproxy (a proxy without toxics is the 0 ms baseline), so the proxy's own cost
+is in every number and ratios compare like with like. The ceiling of a backend is the best plain
+client loop at the same concurrency, no framework (`raw_ceiling` in the backend's loader module).
+Each point is repeated; rows carry median, min and max, and the full configuration.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from importlib import import_module
+from pathlib import Path
+
+from tqdm import tqdm
+
+from workbench.backends import make_backend
+from workbench.bench.ingest import generate
+from workbench.config import PROXIED, Settings
+from workbench.environment import describe_environment
+from workbench.ingest import ingest
+from workbench.loaders import LOADERS, loader_class, make_loader
+from workbench.net.toxiproxy import Toxiproxy
+from workbench.results import check_writable, write_results
+
+PROXY_OF_BACKEND = {"cassandra": "cassandra", "s3-objects": "s3", "s3-shards": "s3", "ignite": "ignite", "fs": None}
+LAYOUT = {"s3-shards": {"maxcount": 100}, "fs": {}}  # ~10 shards per 1000 samples: enough to split
+
+
+def timed(run: Callable[[], tuple[int, int]]) -> tuple[float, int, int]:
+    start = time.perf_counter()
+    samples, nbytes = run()
+    return time.perf_counter() - start, samples, nbytes
+
+
+def epoch_of(name: str, settings: Settings, config: dict, max_seconds: float) -> Callable[[], tuple[int, int]]:
+    """One epoch, or as much of it as `max_seconds` allows (slow strategies at high RTT): a steady rate."""
+
+    def run() -> tuple[int, int]:
+        samples = nbytes = 0
+        deadline = time.perf_counter() + max_seconds
+        with make_loader(name, settings, **config) as loader:
+            for item in loader:
+                samples += 1
+                nbytes += len(item.data)
+                if time.perf_counter() > deadline:
+                    break
+        return samples, nbytes
+
+    return run
+
+
+def ceiling_of(backend: str, settings: Settings, config: dict) -> Callable[[], tuple[int, int]]:
+    module = import_module(LOADERS[backend].split(":")[0])
+    validated = loader_class(backend).Config(**config)
+    return lambda: module.raw_ceiling(settings, validated)
+
+
+def prepare_data(settings: Settings, backends: list[str], count: int, mean_kb: float) -> str:
+    """Ingest one synthetic dataset into every backend (idempotent: a re-run reuses it)."""
+    dataset = f"bench_loaders_{count}_{int(mean_kb)}kb"
+    data = None
+    for backend in backends:
+        target = make_backend(backend, settings, dataset, **LAYOUT.get(backend, {}))
+        target.prepare(["train"])
+        if len(target.stored_ids()) >= count:
+            continue
+        if data is None:
+            data = generate(count, mean_kb)
+        data.name = dataset
+        ingest(data, target, check_images=False)
+    return dataset
+
+
+def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: float, concurrency: int,
+                  rtts_ms: list[float], repeats: int, results_dir: Path, max_seconds: float = 20.0) -> list[dict]:
+    check_writable(results_dir)
+    backends = sorted({loader_class(name).backend for name in loaders})
+    dataset = prepare_data(settings, backends, count, mean_kb)
+    toxiproxy = Toxiproxy(settings)
+    toxiproxy.ensure_proxies()
+    rows: list[dict] = []
+    points = [(rtt, backend, name) for rtt in rtts_ms for backend in backends
+              for name in [f"ceiling:{backend}", *(n for n in loaders if loader_class(n).backend == backend)]]
+    try:
+        for rtt, backend, name in tqdm(points, desc="bench loaders", unit="point"):
+            for proxy in PROXIED:
+                toxiproxy.set_network(proxy, rtt_ms=rtt)
+            proxied = PROXY_OF_BACKEND[backend] is not None
+            config = {"dataset": dataset, "concurrency": concurrency, "via_proxy": proxied}
+            if name.startswith("ceiling:"):
+                run = ceiling_of(backend, settings, config)
+            else:
+                run = epoch_of(name, settings, config, max_seconds)
+            results = [timed(run) for _ in range(repeats)]
+            rates = [s / t for t, s, _ in results]
+            mbps = [b / 1e6 / t for t, _, b in results]
+            rows.append({
+                "loader": name, "backend": backend, "rtt_ms": rtt, "dataset": dataset, "concurrency": concurrency,
+                "samples": results[0][1], "repeats": repeats,
+                "samples_per_s": statistics.median(rates), "samples_per_s_min": min(rates),
+                "samples_per_s_max": max(rates), "mb_per_s": statistics.median(mbps),
+            })
+    finally:
+        toxiproxy.reset()
+    _add_ratios(rows)
+    write_results(results_dir, time.strftime("loaders-%Y%m%d-%H%M%S"), rows, describe_environment(settings))
+    return rows
+
+
+def _add_ratios(rows: list[dict]) -> None:
+    """ratio_to_ceiling (same backend, same RTT) and ratio_to_0ms (same loader)."""
+    ceiling = {(r["backend"], r["rtt_ms"]): r["samples_per_s"] for r in rows if r["loader"].startswith("ceiling:")}
+    base = {r["loader"]: r["samples_per_s"] for r in rows if r["rtt_ms"] == min(x["rtt_ms"] for x in rows)}
+    for row in rows:
+        row["ratio_to_ceiling"] = row["samples_per_s"] / ceiling[(row["backend"], row["rtt_ms"])]
+        row["ratio_to_0ms"] = row["samples_per_s"] / base[row["loader"]] if row["loader"] in base else float("nan")

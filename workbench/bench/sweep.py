@@ -1,0 +1,238 @@
+"""Run a sweep: every grid point, warm-up excluded, repeated, one tidy row per run (Parquet + CSV).
+
+A point that fails records its error in its row and the sweep goes on; nothing partial is written
+as complete (results files are replaced atomically at the end of every point).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from workbench.backends import make_backend
+from workbench.bench.metrics import ComputeModel, EpochTrace, percentile
+from workbench.bench.probes import ResourceProbe
+from workbench.bench.sweep_config import SHARDED_BACKENDS, SweepConfig
+from workbench.config import PROXIED, Settings
+from workbench.data import SyntheticSource
+from workbench.environment import describe_environment
+from workbench.ingest import ingest
+from workbench.loaders import loader_class, make_loader
+from workbench.net.toxiproxy import Toxiproxy
+from workbench.results import check_writable
+
+PROXY_OF_BACKEND = {"cassandra": "cassandra", "s3-objects": "s3", "s3-shards": "s3", "ignite": "ignite", "fs": None}
+
+
+def dataset_name(cfg: SweepConfig, point: dict) -> str:
+    kb = f"{cfg.data.mean_kb:g}".replace(".", "p")
+    base = f"sweep_{cfg.data.count}_{kb}kb_s{cfg.data.seed}"
+    if point["shard_maxcount"] is None:
+        return base
+    return f"{base}_mc{point['shard_maxcount']}_ms{int(point['shard_maxsize'])}"
+
+
+def prepare_datasets(settings: Settings, cfg: SweepConfig, points: list[dict]) -> None:
+    """Ingest the synthetic dataset into every layout the grid needs (idempotent, resumable), then run
+    the preparation hook of every loader that keeps a layout of its own (e.g. a peer's MDS shards)."""
+    source = SyntheticSource(cfg.data.count, seed=cfg.data.seed, mean_kb=cfg.data.mean_kb)
+    layouts: dict[tuple[str, str], dict] = {}
+    hooks: set[tuple[type, str]] = set()
+    for point in points:
+        cls = loader_class(point["loader"])
+        layout = {}
+        if cls.backend in SHARDED_BACKENDS:
+            layout = {"maxcount": point["shard_maxcount"], "maxsize": point["shard_maxsize"]}
+        layouts[(cls.backend, dataset_name(cfg, point))] = layout
+        if hasattr(cls, "prepare_dataset"):
+            hooks.add((cls, dataset_name(cfg, point)))
+    for (backend, dataset), layout in layouts.items():
+        ingest(source, make_backend(backend, settings, dataset, **layout), check_images=False)
+    for cls, dataset in hooks:
+        cls.prepare_dataset(settings, dataset, source)
+
+
+def _batches(point: dict, settings: Settings, config: dict) -> Iterator[tuple[int, int]]:
+    """(samples, bytes) per batch, from the loader in-process or through a torch DataLoader."""
+    if point["workers"] == 0 and not point["decode"]:
+        with make_loader(point["loader"], settings, **config) as loader:
+            batch = nbytes = 0
+            for item in loader:
+                batch += 1
+                nbytes += len(item.data)
+                if batch == point["batch_size"]:
+                    yield batch, nbytes
+                    batch = nbytes = 0
+            if batch:
+                yield batch, nbytes
+        return
+    from torch.utils.data import DataLoader
+
+    from workbench.adapters.torch import LoaderDataset, collate_raw, decode_transform, skip_none
+
+    if point["decode"]:
+        from torch.utils.data import default_collate
+
+        dataset = LoaderDataset(point["loader"], settings, transform=decode_transform(on_corrupt="skip"), **config)
+        collate = skip_none(default_collate)
+    else:
+        dataset = LoaderDataset(point["loader"], settings, **config)
+        collate = collate_raw
+    workers = point["workers"]
+    loader = DataLoader(
+        dataset,
+        batch_size=point["batch_size"],
+        num_workers=workers,
+        collate_fn=collate,
+        prefetch_factor=point["prefetch_buffers"] if workers else None,
+    )
+    for batch in loader:
+        if point["decode"]:
+            images = batch[0]
+            yield len(images), images.numel()
+        else:
+            yield len(batch["data"]), sum(len(d) for d in batch["data"])
+
+
+def run_epoch(point: dict, settings: Settings, config: dict, compute: ComputeModel, max_s: float,
+              max_batches: int | None = None) -> EpochTrace:
+    """One epoch timed from the loader's creation: connection set-up is in the time to first batch."""
+    trace = EpochTrace()
+    start = last = time.perf_counter()
+    for index, (samples, nbytes) in enumerate(_batches(point, settings, config)):
+        now = time.perf_counter()
+        if index == 0:
+            trace.first_batch_s = now - start
+        trace.waits_s.append(now - last)
+        trace.samples += samples
+        trace.bytes += nbytes
+        spent = compute.draw()
+        if spent:
+            time.sleep(spent)
+            trace.computes_s.append(spent)
+        last = time.perf_counter()
+        if last - start > max_s or (max_batches is not None and index + 1 >= max_batches):
+            break
+    trace.wall_s = time.perf_counter() - start
+    return trace
+
+
+def run_point(settings: Settings, cfg: SweepConfig, point: dict, repetition: int) -> dict[str, Any]:
+    cls = loader_class(point["loader"])
+    config = {
+        "dataset": dataset_name(cfg, point),
+        "concurrency": point["concurrency"],
+        "prefetch_buffers": point["prefetch_buffers"],
+        "batch_size": point["batch_size"],
+        "seed": repetition,
+        "via_proxy": PROXY_OF_BACKEND.get(cls.backend) is not None,
+    }
+    compute = ComputeModel(point["compute_ms"], cfg.compute.distribution, cfg.compute.stddev_fraction, repetition)
+    if cfg.warmup_batches:  # warms the servers' caches and JITs; thrown away, never measured
+        run_epoch(point, settings, config, ComputeModel(0), cfg.max_seconds_per_epoch, cfg.warmup_batches)
+    traces = []
+    with ResourceProbe() as probe:
+        for epoch in range(cfg.epochs):  # a new seed per epoch: a new order, as set_epoch would give
+            epoch_config = {**config, "seed": repetition + 1000 * epoch}
+            traces.append(run_epoch(point, settings, epoch_config, compute, cfg.max_seconds_per_epoch))
+    waits_ms = [w * 1000 for t in traces for w in t.waits_s]
+    samples, nbytes = sum(t.samples for t in traces), sum(t.bytes for t in traces)
+    wall = sum(t.wall_s for t in traces)
+    later = traces[1:]
+    later_rate = (sum(t.samples for t in later) / sum(t.wall_s for t in later)) if later else float("nan")
+    return {
+        "samples": samples,
+        "bytes": nbytes,
+        "seconds": wall,
+        "samples_per_s": samples / wall if wall else float("nan"),
+        "mb_per_s": nbytes / 1e6 / wall if wall else float("nan"),
+        "batches_per_s": len(waits_ms) / wall if wall else float("nan"),
+        "first_epoch_samples_per_s": traces[0].samples_per_s,
+        "later_epochs_samples_per_s": later_rate,
+        "time_to_first_batch_s": traces[0].first_batch_s,
+        "batch_p50_ms": percentile(waits_ms, 50),
+        "batch_p95_ms": percentile(waits_ms, 95),
+        "batch_p99_ms": percentile(waits_ms, 99),
+        "accelerator_utilisation": sum(sum(t.computes_s) for t in traces) / wall if compute.mean_s else float("nan"),
+        "cpu_percent": probe.cpu_percent,
+        "peak_rss_mb": probe.peak_rss_mb,
+        "workers_peak_rss_mb": probe.children_peak_rss_mb,
+        "gpu_util_percent": probe.gpu_util,
+        "batch_latencies_ms": json.dumps([round(w, 3) for w in waits_ms]),
+    }
+
+
+def set_network(toxiproxy: Toxiproxy, point: dict, jitter_ms: float) -> None:
+    for proxy in PROXIED:
+        toxiproxy.set_network(
+            proxy, rtt_ms=point["rtt_ms"], jitter_ms=jitter_ms, bandwidth_kbps=point["bandwidth_mbps"] * 1000
+        )
+
+
+def run_sweep(
+    settings: Settings, cfg: SweepConfig, results_root: Path = Path("results"), progress: bool = True
+) -> Path:
+    """Run every point; returns the folder with runs.parquet, runs.csv, config.json and environment.json."""
+    import pandas as pd
+
+    folder = check_writable(results_root / cfg.name)
+    points = cfg.points()
+    prepare_datasets(settings, cfg, points)
+    environment = describe_environment(settings)
+    (folder / "config.json").write_text(cfg.model_dump_json(indent=2))
+    (folder / "environment.json").write_text(json.dumps(environment, indent=2, default=str))
+    toxiproxy = Toxiproxy(settings)
+    toxiproxy.ensure_proxies()
+    rows: list[dict] = []
+    runs = [(i, point, rep) for i, point in enumerate(points) for rep in range(cfg.repetitions)]
+    try:
+        for point_id, point, rep in tqdm(runs, desc=f"sweep {cfg.name}", unit="run", disable=not progress):
+            backend = loader_class(point["loader"]).backend
+            row = {
+                "sweep": cfg.name,
+                "point_id": point_id,
+                "repetition": rep,
+                "backend": backend,
+                **point,
+                "jitter_ms": cfg.network.jitter_ms,
+                "dataset": dataset_name(cfg, point),
+                "data_count": cfg.data.count,
+                "data_mean_kb": cfg.data.mean_kb,
+                "epochs": cfg.epochs,
+                "compute_distribution": cfg.compute.distribution,
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            }
+            try:
+                set_network(toxiproxy, point, cfg.network.jitter_ms)
+                row.update(run_point(settings, cfg, point, rep), status="ok", error="")
+            except Exception as exc:  # a failing point is recorded and the sweep goes on
+                row.update(
+                    status="error",
+                    error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                    if str(exc)
+                    else traceback.format_exc(limit=1),
+                )
+            rows.append(row)
+            _write(folder, rows, environment, pd)
+    finally:
+        toxiproxy.reset()
+    return folder
+
+
+def _write(folder: Path, rows: list[dict], environment: dict, pd) -> None:
+    frame = pd.DataFrame(rows)
+    frame["git_commit"] = environment.get("git_commit", "")
+    frame["cpu_model"] = environment.get("cpu", "")
+    frame["gpus"] = json.dumps(environment.get("gpus", []))
+    frame["servers"] = json.dumps(environment.get("servers", {}))
+    frame["packages"] = json.dumps(environment.get("packages", {}))
+    for name, write in (("runs.parquet", frame.to_parquet), ("runs.csv", frame.to_csv)):
+        tmp = folder / f".{name}.tmp"
+        write(tmp, index=False)
+        tmp.replace(folder / name)

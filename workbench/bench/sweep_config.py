@@ -1,0 +1,170 @@
+"""The sweep config: a YAML grid over loader x network x layout x loader settings x emulated compute.
+
+Every field is validated before anything runs; unknown names are rejected with the valid ones listed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from workbench.errors import WorkbenchError
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataSpec(Strict):
+    count: int = Field(1000, ge=10, description="synthetic samples")
+    mean_kb: float = Field(110.0, gt=0, description="mean JPEG size")
+    seed: int = 0
+
+
+class NetworkGrid(Strict):
+    rtt_ms: list[float] = Field([0, 1, 10, 50, 100], description="round-trip times added by toxiproxy")
+    bandwidth_mbps: list[float] = Field([0], description="0 = unlimited; e.g. 1000, 100")
+    jitter_ms: float = Field(0, ge=0)
+
+    @field_validator("rtt_ms", "bandwidth_mbps")
+    @classmethod
+    def _non_negative(cls, values: list[float]) -> list[float]:
+        if not values or any(v < 0 for v in values):
+            raise ValueError("needs at least one value, all >= 0")
+        return values
+
+
+class LayoutGrid(Strict):
+    """Shard layout (applies only to shard-based loaders)."""
+
+    shard_maxcount: list[int] = Field([100], description="samples per shard")
+    shard_maxsize: list[float] = Field([1e8], description="bytes per shard")
+
+
+class LoaderGrid(Strict):
+    concurrency: list[int] = Field([32])
+    prefetch_buffers: list[int] = Field([2])
+    batch_size: list[int] = Field([32])
+    workers: list[int] = Field([0], description="DataLoader worker processes (0: in the main process)")
+    decode: list[bool] = Field([False], description="decode JPEGs (torchvision) in the loading processes")
+
+
+class ComputeGrid(Strict):
+    """Emulated accelerator work per batch (MLPerf Storage / DLIO style)."""
+
+    ms_per_batch: list[float] = Field([0], description="0 = no emulated compute")
+    distribution: Literal["fixed", "normal"] = "fixed"
+    stddev_fraction: float = Field(0.1, ge=0, description="normal: stddev as a fraction of the mean")
+
+
+LOADER_KNOBS = ("concurrency", "prefetch_buffers", "batch_size")
+
+
+class SweepConfig(Strict):
+    name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]+$")
+    loaders: list[str] = Field(..., min_length=1)
+    data: DataSpec = DataSpec()
+    network: NetworkGrid = NetworkGrid()
+    layout: LayoutGrid = LayoutGrid()
+    loader: LoaderGrid = LoaderGrid()
+    compute: ComputeGrid = ComputeGrid()
+    epochs: int = Field(2, ge=1, description="per repetition: the first is reported apart from the later ones")
+    repetitions: int = Field(3, ge=1)
+    warmup_batches: int = Field(2, ge=0, description="excluded from every measurement")
+    max_seconds_per_epoch: float = Field(30.0, gt=0, description="a slow point stops early and reports its rate")
+
+    @field_validator("loaders")
+    @classmethod
+    def _known_loaders(cls, names: list[str]) -> list[str]:
+        from workbench.loaders import LOADERS
+
+        unknown = [n for n in names if n not in LOADERS]
+        if unknown:
+            raise ValueError(f"unknown loader(s) {', '.join(unknown)}; valid: {', '.join(sorted(LOADERS))}")
+        return names
+
+    @model_validator(mode="after")
+    def _data_fills_a_batch(self) -> SweepConfig:
+        if self.data.count < max(self.loader.batch_size):
+            raise ValueError(f"data.count {self.data.count} is smaller than the largest batch_size "
+                             f"{max(self.loader.batch_size)}: nothing would be measured")
+        return self
+
+    def points(self) -> list[dict[str, Any]]:
+        """The grid, one dict per point; layout knobs vary only for shard-based loaders."""
+        from workbench.loaders import loader_class
+
+        points = []
+        shard_layouts = list(itertools.product(self.layout.shard_maxcount, self.layout.shard_maxsize))
+        for name in self.loaders:
+            layouts = shard_layouts if loader_class(name).backend in SHARDED_BACKENDS else [(None, None)]
+            for rtt, bw, (maxcount, maxsize), conc, prefetch, batch, workers, decode, compute in itertools.product(
+                self.network.rtt_ms,
+                self.network.bandwidth_mbps,
+                layouts,
+                self.loader.concurrency,
+                self.loader.prefetch_buffers,
+                self.loader.batch_size,
+                self.loader.workers,
+                self.loader.decode,
+                self.compute.ms_per_batch,
+            ):
+                points.append(
+                    {
+                        "loader": name,
+                        "rtt_ms": rtt,
+                        "bandwidth_mbps": bw,
+                        "shard_maxcount": maxcount,
+                        "shard_maxsize": maxsize,
+                        "concurrency": conc,
+                        "prefetch_buffers": prefetch,
+                        "batch_size": batch,
+                        "workers": workers,
+                        "decode": decode,
+                        "compute_ms": compute,
+                    }
+                )
+        return points
+
+
+SHARDED_BACKENDS = {"s3-shards"}
+
+
+def load_sweep_config(source: Path | str | dict) -> SweepConfig:
+    """Parse and validate; any problem is one WorkbenchError listing the valid options."""
+    if isinstance(source, dict):
+        raw, where = source, "sweep config"
+    else:
+        path = Path(source)
+        if not path.exists():
+            raise WorkbenchError(f"sweep config {path} does not exist")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise WorkbenchError(f"sweep config {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        where = str(path)
+    try:
+        return SweepConfig(**raw)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            if err["type"] == "extra_forbidden":
+                section = _section(err["loc"][:-1])
+                problems.append(f"unknown parameter '{loc}' (valid: {', '.join(section.model_fields)})")
+            else:
+                problems.append(f"'{loc}': {err['msg']}" if loc else err["msg"].removeprefix("Value error, "))
+        raise WorkbenchError(f"{where}: " + "; ".join(problems)) from None
+
+
+def _section(loc: tuple) -> type[BaseModel]:
+    model: type[BaseModel] = SweepConfig
+    for part in loc:
+        annotation = model.model_fields[str(part)].annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+    return model

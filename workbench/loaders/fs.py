@@ -1,0 +1,296 @@
+"""The local filesystem loader: the baseline every remote loader is compared with.
+
+Reads the two layouts of `workbench.backends.fs` (root from the catalog, or the ``root`` setting; the
+layout is recognised from the files: ``<root>/<split>/index.json`` means shards):
+
+* ``imagefolder``: the split's files are listed once per loader from the ingest's manifest
+  (``<root>/<split>/manifest.txt``) joined with its journal (``<root>/_journal/*.jsonl``, which maps each
+  file to its sample id and label; without a manifest, the journal's files that exist). Each epoch takes
+  this epoch's order (`epoch_order`), this rank's and DataLoader worker's share (`take_shard`) and reads
+  the files with ``concurrency`` threads, in order or as they complete (``ordered``).
+* ``shards``: the split's tar shards from its ``index.json``; shards are shuffled per epoch and split
+  across ranks x workers (so with fewer shards than readers some readers get none), read a few at a time
+  and unpacked with `read_shard`; samples then go through a seeded ``shuffle_buffer``, as with S3 shards.
+
+A missing or unreadable file raises a WorkbenchError naming it.
+``raw_ceiling(settings, config)`` reads the same files with plain threads: what the disk gives at best.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote
+
+from pydantic import Field
+
+from workbench.config import Settings
+from workbench.data import ShardInfo, read_index, read_shard
+from workbench.errors import WorkbenchError
+from workbench.loaders.base import Item, Loader, LoaderConfig
+from workbench.loaders.inflight import in_flight
+from workbench.loaders.order import effective_shard, epoch_order, shuffle_buffer, take_shard
+
+log = logging.getLogger(__name__)
+
+JOURNAL = "_journal"  # the layout written by workbench.backends.s3_objects.ObjectSet (via DirStore)
+MANIFEST = "manifest.txt"
+SIDECAR = ".label"
+INDEX = "index.json"
+SHARDS_IN_FLIGHT = 4  # whole shards (up to maxsize each) held in memory at once
+_BLOB_LABELS = ("png", "seg.png", "npy", "lbl")
+
+
+class FilesystemLoaderConfig(LoaderConfig):
+    root: Path | None = Field(None, description="dataset folder (default: the catalog's, as ingested)")
+    shuffle_buffer: int = Field(1000, ge=0, le=1_000_000, description="shards: samples in the shuffle buffer")
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    rel: str  # path relative to the root, '/'-separated
+    id: str
+    label: int | None
+    blob: bool
+
+
+class FilesystemLoader(Loader):
+    name = "fs"
+    backend = "fs"
+    Config = FilesystemLoaderConfig
+    config: FilesystemLoaderConfig
+
+    def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1) -> None:
+        super().__init__(settings, config, worker_id, num_workers)
+        self._root: Path | None = None
+        self._files: list[FileEntry] | None = None
+        self._shards: list[ShardInfo] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_lock", None)
+        state.pop("_pool", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._pool = None
+
+    # ------------------------------------------------------------------------------- layout
+
+    @property
+    def root(self) -> Path:
+        if self._root is None:
+            if self.config.root is not None:
+                self._root = Path(self.config.root).expanduser()
+            else:
+                from workbench import catalog
+
+                entry = catalog.locate(self.settings, "fs", self.config.dataset)
+                self._root = Path(entry["root"]).expanduser()
+        return self._root
+
+    @property
+    def split_dir(self) -> Path:
+        return self.root / self.config.split
+
+    @property
+    def layout(self) -> str:
+        return "shards" if (self.split_dir / INDEX).is_file() else "imagefolder"
+
+    def _check_split(self) -> None:
+        if not self.split_dir.is_dir():
+            found = sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))) \
+                if self.root.is_dir() else []
+            where = f"{self.root} (splits: {', '.join(found) or 'none'})" if self.root.is_dir() else \
+                f"{self.root}, which does not exist (ingest the dataset, or set root)"
+            raise WorkbenchError(f"no split '{self.config.split}' of dataset '{self.config.dataset}' in {where}")
+
+    def files(self) -> list[FileEntry]:
+        """The split's sample files in path order (listed once per loader)."""
+        if self._files is None:
+            self._check_split()
+            self._files = list_files(self.root, self.config.split)
+        return self._files
+
+    def shards(self) -> list[ShardInfo]:
+        """The split's shards, as its index lists them (read once per loader)."""
+        if self._shards is None:
+            self._check_split()
+            path = self.split_dir / INDEX
+            try:
+                self._shards = read_index(path.read_bytes())
+            except OSError as exc:
+                raise WorkbenchError(f"cannot read {path}: {exc.strerror or exc}") from exc
+            except WorkbenchError as exc:
+                raise WorkbenchError(f"{path}: {exc}") from None
+            if not self._shards:
+                raise WorkbenchError(f"{path} lists no shard: re-run the ingest")
+        return self._shards
+
+    # ------------------------------------------------------------------------------- reading
+
+    def _ensure_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="fs-read")
+        return self._pool
+
+    def _shard(self) -> tuple[int, int]:
+        c = self.config
+        return effective_shard(c.shard_id, c.num_shards, self.worker_id, self.num_workers)
+
+    def iter_epoch(self, epoch: int) -> Iterator[Item]:
+        if self.layout == "shards":
+            return self._shards_epoch(epoch)
+        return self._files_epoch(epoch)
+
+    def _files_epoch(self, epoch: int) -> Iterator[Item]:
+        c = self.config
+        entries = take_shard(epoch_order(self.files(), c.seed, epoch, c.shuffle), *self._shard())
+        pool = self._ensure_pool()
+        for _, item in in_flight(entries, lambda e: pool.submit(self._read_file, e), c.concurrency, c.ordered):
+            yield item
+
+    def _read_file(self, entry: FileEntry) -> Item:
+        data = read_bytes(self.root / entry.rel, f"sample {entry.id}")
+        label: int | bytes | None = None
+        if self.config.label_type != "none":
+            if entry.blob:
+                label = read_bytes(self.root / (entry.rel + SIDECAR), f"label of sample {entry.id}")
+            else:
+                label = entry.label
+        return Item(entry.id, label, data)
+
+    def _shards_epoch(self, epoch: int) -> Iterator[Item]:
+        c = self.config
+        shards = self.shards()
+        index, count = self._shard()
+        if count > len(shards) and index == 0:
+            log.warning("%d readers (ranks x workers) but only %d shards in %s: some readers get nothing",
+                        count, len(shards), self.split_dir)
+        mine = take_shard(epoch_order(shards, c.seed, epoch, c.shuffle), index, count)
+        pool = self._ensure_pool()
+        depth = max(1, min(c.concurrency, SHARDS_IN_FLIGHT))
+        stream = (item for _, data in in_flight(mine, lambda s: pool.submit(self._read_shard_file, s), depth,
+                                                c.ordered)
+                  for item in data)
+        if c.shuffle and c.shuffle_buffer > 1:
+            stream = shuffle_buffer(stream, c.shuffle_buffer, random.Random(f"{c.seed}:{epoch}:{index}"))
+        yield from stream
+
+    def _read_shard_file(self, info: ShardInfo) -> list[Item]:
+        path = self.split_dir / info.name
+        return list(shard_items(read_bytes(path, "shard"), str(path), self.config.label_type))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    @classmethod
+    def raw_ceiling(cls, settings: Settings, config: LoaderConfig | dict) -> tuple[int, int]:
+        return raw_ceiling(settings, config)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def read_bytes(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        raise WorkbenchError(f"missing file {path} ({what}): deleted since the ingest? re-run the ingest") from None
+    except OSError as exc:
+        raise WorkbenchError(f"cannot read {path} ({what}): {exc.strerror or exc}") from exc
+
+
+def read_journal(root: Path) -> dict[str, dict]:
+    """key -> its latest journal record ({"key", "id", "label", "blob", ...}); parts are read in name order."""
+    records: dict[str, dict] = {}
+    folder = root / JOURNAL
+    if not folder.is_dir():
+        return records
+    for part in sorted(p for p in folder.iterdir() if p.name.endswith(".jsonl") and not p.name.startswith(".")):
+        try:
+            text = part.read_text(errors="replace")
+        except OSError as exc:
+            raise WorkbenchError(f"cannot read {part}: {exc.strerror or exc}") from exc
+        for line in text.splitlines():
+            try:
+                record = json.loads(line)
+                records[record["key"]] = record
+            except (ValueError, KeyError, TypeError):
+                log.warning("ignoring a bad line in journal part %s", part)
+    return records
+
+
+def list_files(root: Path, split: str) -> list[FileEntry]:
+    """Every sample file of `split`: the manifest's keys (else the journal's that exist), with ids and labels."""
+    records = read_journal(root)
+    manifest = root / split / MANIFEST
+    if manifest.is_file():
+        try:
+            lines = manifest.read_text().splitlines()
+        except OSError as exc:
+            raise WorkbenchError(f"cannot read {manifest}: {exc.strerror or exc}") from exc
+        keys = [f"{split}/{unquote(line.partition(' ')[0])}" for line in lines if line.strip()]
+    else:
+        present = {p.relative_to(root).as_posix() for p in (root / split).rglob("*") if p.is_file()}
+        keys = [k for k in records if k in present]
+    entries = []
+    for key in sorted(keys):
+        record = records.get(key)
+        if record is None or "id" not in record:
+            raise WorkbenchError(f"{root / key} has no sample id in the ingest journal ({root / JOURNAL}): "
+                                 "re-run the ingest")
+        label = record.get("label")
+        entries.append(FileEntry(key, str(record["id"]), int(label) if label is not None else None,
+                                 bool(record.get("blob"))))
+    if not entries:
+        raise WorkbenchError(f"no samples of split '{split}' under {root}: ingest the dataset first")
+    return entries
+
+
+def shard_items(data: bytes, where: str, label_type: str) -> Iterator[Item]:
+    """Items of one tar shard: id from its ``id`` entry, data = first entry, label per `label_type`."""
+    for entries in read_shard(data, where):
+        try:
+            key = entries["id"].decode()
+        except (KeyError, UnicodeDecodeError):
+            raise WorkbenchError(f"sample {entries.get('__key__')} in {where} has no valid 'id' entry") from None
+        exts = [k for k in entries if k != "__key__"]
+        label: int | bytes | None = None
+        if label_type == "int" and "cls" in entries:
+            try:
+                label = int(entries["cls"])
+            except ValueError:
+                raise WorkbenchError(f"sample {key} in {where}: 'cls' entry is not an integer") from None
+        elif label_type == "blob":
+            label = next((entries[e] for e in _BLOB_LABELS if e in entries and e != exts[0]), None)
+        yield Item(key, label, entries[exts[0]])
+
+
+def raw_ceiling(settings: Settings, config: LoaderConfig | dict) -> tuple[int, int]:
+    """(samples, bytes) of plain threaded reads of every file of the split (sample files, or whole shards)."""
+    c = config if isinstance(config, FilesystemLoaderConfig) else FilesystemLoaderConfig(
+        **(config.model_dump() if isinstance(config, LoaderConfig) else config))
+    loader = FilesystemLoader(settings, c)
+    if loader.layout == "shards":
+        shards = loader.shards()
+        paths = [loader.split_dir / s.name for s in shards]
+        samples = sum(s.samples for s in shards)
+    else:
+        files = loader.files()
+        paths = [loader.root / f.rel for f in files]
+        samples = len(files)
+    with ThreadPoolExecutor(c.concurrency, thread_name_prefix="fs-raw") as pool:
+        nbytes = sum(pool.map(lambda p: len(read_bytes(p, "raw read")), paths))
+    return samples, nbytes

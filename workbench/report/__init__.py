@@ -1,0 +1,39 @@
+"""The report of one sweep: PNG plots, summary.csv and one self-contained report.html.
+
+    from workbench.report import build_report
+    build_report(Path("results/my-sweep"))   # -> results/my-sweep/report/report.html
+
+Failed runs (status "error") are left out of every plot and statistic and listed with their errors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workbench.report.data import GRID_COLUMNS, METRICS, Context, load, summarise
+
+__all__ = ["GRID_COLUMNS", "METRICS", "Context", "build_report", "load", "summarise"]
+
+
+def build_report(results_dir: Path) -> Path:
+    """Read `<results_dir>/runs.parquet` (+ config.json, environment.json), write `<results_dir>/summary.csv`
+    and `<results_dir>/report/` (one PNG per plot and report.html); returns the HTML's path."""
+    from workbench.report import html, plots
+
+    results_dir = Path(results_dir)
+    ctx = load(results_dir)
+    out = results_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic(results_dir / "summary.csv", ctx.summary.to_csv(index=False))
+    for stale in out.glob("*.png"):  # a plot skipped this time must not linger from an earlier build
+        stale.unlink()
+    made = [make(ctx, out) for make in plots.ALL_PLOTS]
+    page = out / "report.html"
+    _atomic(page, html.render(ctx, made))
+    return page
+
+
+def _atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,186 @@
+"""One self-contained HTML page: figures embedded as base64 PNG (and linked to their files), tables, errors."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import numbers
+from html import escape
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workbench.report.data import SERIES_KNOBS, Context, is_missing
+from workbench.report.plots import Plot
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1400px;
+       color: #222; padding: 0 1em; }
+h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: 0.2em; margin-top: 2em; }
+.caption { color: #555; font-size: 0.9em; } .note { color: #7a5a00; font-size: 0.9em; }
+figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 0.9em; color: #444; max-width: 1000px; }
+table { border-collapse: collapse; font-size: 0.82em; margin: 0.8em 0; }
+th, td { border: 1px solid #ddd; padding: 3px 6px; text-align: right; white-space: nowrap; }
+th { background: #f3f3f3; position: sticky; top: 0; } td.text, th.text { text-align: left; }
+td.error { text-align: left; white-space: normal; max-width: 700px; font-family: monospace; }
+tr:nth-child(even) td { background: #fafafa; }
+pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.8em; }
+.failed { color: #a00; }
+"""
+
+# summary column -> header in the all-points table (metric columns: "<metric>_median" etc.)
+POINT_METRICS = (
+    ("samples_per_s", "samples/s", 1),
+    ("mb_per_s", "MB/s", 1),
+    ("batch_p50_ms", "p50 ms", 2),
+    ("batch_p95_ms", "p95 ms", 2),
+    ("batch_p99_ms", "p99 ms", 2),
+    ("time_to_first_batch_s", "TTFB s", 3),
+    ("first_epoch_samples_per_s", "1st epoch samples/s", 1),
+    ("later_epochs_samples_per_s", "later epochs samples/s", 1),
+    ("accelerator_utilisation", "AU", 3),
+    ("cpu_percent", "CPU %", 0),
+    ("peak_rss_mb", "peak RSS MB", 0),
+)
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    """Numbers with `digits` decimals (integers without), thousands separated; missing values as a dash."""
+    if is_missing(value):
+        return "–"
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if isinstance(value, numbers.Number):
+        number = float(value)
+        if not math.isfinite(number):
+            return "–"
+        if number.is_integer() and abs(number) < 1e15:
+            return f"{int(number):,}"
+        return f"{number:,.{max(0, digits)}f}"
+    return str(value)
+
+
+def _cell(value: Any, digits: int = 2, cls: str = "") -> str:
+    text = escape(fmt(value, digits))
+    if not cls and isinstance(value, str):
+        cls = "text"
+    return f'<td class="{cls}">{text}</td>' if cls else f"<td>{text}</td>"
+
+
+def frame_table(frame: pd.DataFrame, digits: int = 2) -> str:
+    """A generic table: numbers right-aligned, text left-aligned."""
+    head = "".join(f'<th class="{"" if pd.api.types.is_numeric_dtype(frame[c]) else "text"}">{escape(str(c))}</th>'
+                   for c in frame.columns)
+    body = []
+    for row in frame.itertuples(index=False):
+        body.append("<tr>" + "".join(_cell(v, digits) for v in row) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _grid_columns(ctx: Context) -> list[tuple[str, str]]:
+    """Grid columns worth a column in the points table: always loader/backend/RTT, else those varied."""
+    columns = [("point_id", "point"), ("loader", "loader"), ("backend", "backend"), ("rtt_ms", "RTT ms")]
+    optional = [("bandwidth_mbps", "bandwidth Mbit/s"), ("shard_maxcount", "shard maxcount"),
+                ("shard_maxsize", "shard maxsize"),
+                *((k, v) for k, v in SERIES_KNOBS.items()), ("jitter_ms", "jitter ms"), ("compute_ms", "compute ms")]
+    for column, label in optional:
+        varied = len(ctx.values(column)) > 1
+        layout = column in ("shard_maxcount", "shard_maxsize") and bool(ctx.values(column))
+        if varied or layout:
+            columns.append((column, label))
+    return [(c, label) for c, label in columns if c in ctx.summary.columns]
+
+
+def points_table(ctx: Context) -> str:
+    summary = ctx.summary
+    grid = _grid_columns(ctx)
+    head = [f'<th class="text">{escape(label)}</th>' for _, label in grid]
+    head += ["<th>runs ok</th>", "<th>failed</th>"]
+    metrics = [(m, label, d) for m, label, d in POINT_METRICS if f"{m}_median" in summary.columns]
+    for metric, label, _ in metrics:
+        head.append(f"<th>{escape(label)}</th>")
+        if metric == "samples_per_s":
+            head += ["<th>samples/s min</th>", "<th>samples/s max</th>"]
+    rows = []
+    for _, row in summary.iterrows():
+        cells = []
+        for column, _ in grid:
+            value = row[column]
+            if column == "shard_maxsize" and not is_missing(value):
+                cells.append(_cell(f"{float(value) / 1e6:g} MB", cls="text"))
+            else:
+                cells.append(_cell(value, 0 if column != "rtt_ms" else 1, "text"))
+        failed = int(row.get("runs_failed", 0) or 0)
+        cells += [_cell(int(row.get("runs_ok", 0) or 0), 0), _cell(failed, 0, "failed" if failed else "")]
+        for metric, _, digits in metrics:
+            cells.append(_cell(row[f"{metric}_median"], digits))
+            if metric == "samples_per_s":
+                cells += [_cell(row["samples_per_s_min"], digits), _cell(row["samples_per_s_max"], digits)]
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return (f"<table><thead><tr>{''.join(head)}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            "<p class=\"caption\">Medians over each point's successful repetitions (samples/s also min and max). "
+            "TTFB: time to the first measured batch of the first epoch; AU: accelerator utilisation with "
+            "emulated compute.</p>")
+
+
+def failed_table(ctx: Context) -> str:
+    failed = ctx.failed
+    if failed.empty:
+        return "<p>No run failed.</p>"
+    columns = [c for c in ("point_id", "repetition", "loader", "backend", "rtt_ms", "bandwidth_mbps",
+                           "shard_maxcount", "concurrency", "batch_size", "compute_ms") if c in failed.columns]
+    head = "".join(f'<th class="text">{escape(c)}</th>' for c in columns) + '<th class="text">error</th>'
+    rows = []
+    for _, row in failed.iterrows():
+        cells = "".join(_cell(row[c], 0 if c != "rtt_ms" else 1, "text") for c in columns)
+        rows.append(f'<tr>{cells}<td class="error">{escape(str(row.get("error", "")))}</td></tr>')
+    return (f'<p class="failed">{len(failed)} run(s) failed; they are excluded from every plot and statistic.</p>'
+            f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def _figure(plot: Plot) -> str:
+    parts = [f'<h2 id="{escape(plot.name)}">{escape(plot.title)}</h2>']
+    if plot.path is not None:
+        data = base64.b64encode(plot.path.read_bytes()).decode("ascii")
+        parts.append(
+            f'<figure><img src="data:image/png;base64,{data}" alt="{escape(plot.title)}">'
+            f"<figcaption>{escape(plot.description)} "
+            f'(<a href="{escape(plot.path.name)}">{escape(plot.path.name)}</a>)</figcaption></figure>'
+        )
+    if plot.note:
+        parts.append(f'<p class="note">{escape(plot.note)}</p>')
+    for title, frame in plot.tables:
+        parts.append(f"<h3>{escape(title)}</h3>{frame_table(frame)}")
+    return "\n".join(parts)
+
+
+def render(ctx: Context, plots: list[Plot]) -> str:
+    runs, failed = len(ctx.runs), len(ctx.failed)
+    loaders = ", ".join(ctx.loaders) or "none"
+    toc = " · ".join(f'<a href="#{escape(p.name)}">{escape(p.title)}</a>' for p in plots)
+    sections = "\n".join(_figure(p) for p in plots)
+    config = escape(json.dumps(ctx.config, indent=2, default=str)) if ctx.config else "(no config.json)"
+    environment = escape(json.dumps(ctx.environment, indent=2, default=str)) if ctx.environment \
+        else "(no environment.json)"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>workbench sweep {escape(ctx.name)}</title>
+<style>{STYLE}</style></head><body>
+<h1>Sweep {escape(ctx.name)}</h1>
+<p class="caption">{escape(ctx.caption())}</p>
+<p>{runs} run(s) over {len(ctx.summary)} point(s), <span class="{'failed' if failed else ''}">{failed} failed</span>.
+Loaders: {escape(loaders)}. Source: <code>{escape(str(ctx.results_dir))}</code>;
+per-point statistics in <a href="../summary.csv">summary.csv</a>.</p>
+<p>{toc} · <a href="#points">all points</a> · <a href="#failed">failed runs</a></p>
+{sections}
+<h2 id="points">All points</h2>
+{points_table(ctx)}
+<h2 id="failed">Failed runs</h2>
+{failed_table(ctx)}
+<h2>Configuration and environment</h2>
+<details><summary>config.json</summary><pre>{config}</pre></details>
+<details><summary>environment.json</summary><pre>{environment}</pre></details>
+</body></html>
+"""

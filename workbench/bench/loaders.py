@@ -74,11 +74,19 @@ def prepare_data(settings: Settings, backends: list[str], count: int, mean_kb: f
     return dataset
 
 
+def prepare_peer_layouts(settings: Settings, loaders: list[str], dataset: str, count: int, mean_kb: float) -> None:
+    """Peers that keep a layout of their own (e.g. MDS shards) write it from the same samples."""
+    for cls in {loader_class(name) for name in loaders}:
+        if hasattr(cls, "prepare_dataset"):
+            cls.prepare_dataset(settings, dataset, generate(count, mean_kb))
+
+
 def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: float, concurrency: int,
                   rtts_ms: list[float], repeats: int, results_dir: Path, max_seconds: float = 20.0) -> list[dict]:
     check_writable(results_dir)
     backends = sorted({loader_class(name).backend for name in loaders})
     dataset = prepare_data(settings, backends, count, mean_kb)
+    prepare_peer_layouts(settings, loaders, dataset, count, mean_kb)
     toxiproxy = Toxiproxy(settings)
     toxiproxy.ensure_proxies()
     rows: list[dict] = []

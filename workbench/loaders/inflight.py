@@ -7,9 +7,10 @@ the plugin's out-of-order mode), which avoids head-of-line blocking behind one s
 
 from __future__ import annotations
 
+import queue
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future
 from typing import TypeVar
 
 K = TypeVar("K")
@@ -25,34 +26,36 @@ def in_flight(keys: Iterable[K], submit: Callable[[K], Future[V]], depth: int, o
     """
     if depth < 1:
         raise ValueError(f"depth must be >= 1, got {depth}")
-    pending: deque[tuple[K, Future[V]]] = deque()
+    in_order: deque[tuple[K, Future[V]]] = deque()  # ordered: oldest first
+    running: set[Future[V]] = set()  # every outstanding request, for cancellation
+    completed: queue.SimpleQueue[tuple[K, Future[V]]] = queue.SimpleQueue()  # unordered: as they finish
     keys = iter(keys)
-    exhausted = False
     try:
         while True:
-            while not exhausted and len(pending) < depth:
-                try:
-                    key = next(keys)
-                except StopIteration:
-                    exhausted = True
+            for key in keys:
+                future = submit(key)
+                running.add(future)
+                if ordered:
+                    in_order.append((key, future))
+                else:
+                    future.add_done_callback(lambda f, k=key: completed.put((k, f)))
+                if len(running) >= depth:
                     break
-                pending.append((key, submit(key)))
-            if not pending:
+            if not running:
                 return
             if ordered:
-                key, future = pending.popleft()
+                key, future = in_order.popleft()
             else:
-                done, _ = wait([f for _, f in pending], timeout=timeout_s, return_when=FIRST_COMPLETED)
-                if not done:
-                    raise TimeoutError(f"no request finished within {timeout_s}s (next key {pending[0][0]})")
-                index = next(i for i, (_, f) in enumerate(pending) if f in done)
-                key, future = pending[index]
-                del pending[index]
+                try:
+                    key, future = completed.get(timeout=timeout_s)
+                except queue.Empty:
+                    raise TimeoutError(f"no request finished within {timeout_s}s") from None
+            running.discard(future)
             try:
                 result = future.result(timeout=timeout_s)
             except TimeoutError:
                 raise TimeoutError(f"request for {key} took longer than {timeout_s}s") from None
             yield key, result
     finally:
-        for _, future in pending:
+        for future in running:
             future.cancel()

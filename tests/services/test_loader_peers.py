@@ -1,0 +1,135 @@
+"""Peers (other projects' readers) on our data, against the real MinIO: the same contract as our loaders.
+
+webdataset reads the s3-shards tars over presigned URLs, s3torchconnector the s3-objects layout, mosaic
+streaming an MDS copy written by its own MDSWriter. One epoch delivers exactly the ingested samples
+(byte-identical, same labels), two ranks never overlap and together deliver everything, shuffled epochs
+differ in order and not in content, a seed reproduces an order.
+"""
+
+from collections import Counter
+
+import pytest
+
+from workbench.backends import make_backend
+from workbench.data import SyntheticSource
+from workbench.errors import WorkbenchError
+from workbench.ingest import ingest
+from workbench.loaders import make_loader
+
+pytestmark = pytest.mark.services
+
+PEERS = ["webdataset", "s3torchconnector", "mosaic-streaming"]
+
+
+@pytest.fixture(scope="module")
+def dataset(stack):
+    """48 small synthetic JPEGs in s3-shards (6 per shard), s3-objects and an MDS copy (several shards)."""
+    import uuid
+
+    from workbench.loaders.peers.mosaic import drop_mds, write_mds
+
+    name = f"peers_{uuid.uuid4().hex[:8]}"
+    source = SyntheticSource(48, mean_kb=8, seed=11)
+    backends = [make_backend("s3-shards", stack, name, maxcount=6), make_backend("s3-objects", stack, name)]
+    try:
+        for backend in backends:
+            ingest(source, backend, progress=False)
+        write_mds(stack, name, source, size_limit=64 * 1024)
+        yield name, {str(s.id): s for s in source}
+    finally:
+        drop_mds(stack, name)
+        for backend in backends:
+            backend.drop()
+
+
+def epoch(stack, loader, name, **config):
+    with make_loader(loader, stack, dataset=name, **config) as source:
+        return list(source)
+
+
+@pytest.mark.parametrize("loader", PEERS)
+def test_one_epoch_is_exactly_the_split(stack, dataset, loader):
+    name, expected = dataset
+    items = epoch(stack, loader, name)
+    assert Counter(i.key for i in items) == Counter(expected.keys())
+    for item in items:
+        assert item.data == expected[item.key].data
+        assert item.label == expected[item.key].label
+
+
+@pytest.mark.parametrize("loader", PEERS)
+def test_label_type_none_drops_labels(stack, dataset, loader):
+    name, expected = dataset
+    items = epoch(stack, loader, name, label_type="none", shuffle=False)
+    assert sorted(i.key for i in items) == sorted(expected)
+    assert all(i.label is None for i in items)
+
+
+@pytest.mark.parametrize("loader", PEERS)
+def test_two_ranks_never_overlap(stack, dataset, loader):
+    name, expected = dataset
+    ranks = [Counter(i.key for i in epoch(stack, loader, name, shard_id=r, num_shards=2)) for r in range(2)]
+    assert ranks[0] and ranks[1]
+    assert not set(ranks[0]) & set(ranks[1])
+    assert ranks[0] + ranks[1] == Counter(expected.keys())
+
+
+@pytest.mark.parametrize("loader", PEERS)
+def test_shuffled_epochs_differ_and_seeds_reproduce(stack, dataset, loader):
+    name, _ = dataset
+    with make_loader(loader, stack, dataset=name, seed=5) as source:
+        first = [i.key for i in source]
+        source.set_epoch(1)
+        second = [i.key for i in source]
+    assert first != second and sorted(first) == sorted(second)
+    with make_loader(loader, stack, dataset=name, seed=5) as again:
+        assert [i.key for i in again] == first
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loader", PEERS)
+def test_dataloader_workers_deliver_each_sample_once(stack, dataset, loader):
+    from torch.utils.data import DataLoader
+
+    from workbench.adapters.torch import LoaderDataset, collate_raw
+
+    name, expected = dataset
+    keys = Counter()
+    for batch in DataLoader(LoaderDataset(loader, stack, dataset=name, batch_size=8), batch_size=8, num_workers=2,
+                            collate_fn=collate_raw):
+        keys.update(batch["key"])
+    assert keys == Counter(expected.keys())
+
+
+@pytest.mark.parametrize("loader", PEERS)
+def test_a_loader_pickles_before_and_after_an_epoch(stack, dataset, loader):
+    import pickle
+
+    name, _ = dataset
+    with make_loader(loader, stack, dataset=name, shard_id=1, num_shards=2) as source:
+        fresh = pickle.loads(pickle.dumps(source))
+        first = [i.key for i in source]
+        used = pickle.loads(pickle.dumps(source))
+    for copy in (fresh, used):
+        with copy:
+            assert [i.key for i in copy] == first
+
+
+@pytest.mark.parametrize("loader", PEERS)
+def test_a_dataset_never_ingested_is_a_clear_error(stack, loader, unique):
+    with pytest.raises(WorkbenchError, match=unique):
+        epoch(stack, loader, unique)
+
+
+def test_write_mds_is_idempotent(stack, dataset, monkeypatch):
+    import streaming
+
+    from workbench.loaders.peers.mosaic import write_mds
+
+    name, _ = dataset
+
+    def no_writer(*args, **kwargs):
+        raise AssertionError("MDSWriter must not run when the index exists")
+
+    monkeypatch.setattr(streaming, "MDSWriter", no_writer)
+    assert write_mds(stack, name, SyntheticSource(48, mean_kb=8, seed=11)).endswith(f"/{name}/mds/train")

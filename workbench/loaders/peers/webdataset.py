@@ -1,0 +1,180 @@
+"""Peer: the ``webdataset`` library itself reading our s3-shards layout over presigned HTTP URLs.
+
+Layout: `workbench.backends.s3_shards` (``<prefix>/<split>/shard-NNNNNN.tar`` + ``index.json``); nothing
+is converted: webdataset reads the very tars our own ``s3-shards`` loader reads, so the two are measured
+on identical bytes.
+
+One epoch of one reader (rank x DataLoader worker):
+
+1. the split's index is read once per loader (one GET through boto3, cached) — webdataset has no
+   notion of an index, a shard list is what it is given;
+2. shard order = `epoch_order(shards, seed, epoch, shuffle)`, then this reader takes every count-th
+   shard from its flat index (`effective_shard`), exactly as our ``s3-shards`` loader does. Shards are
+   the unit of splitting: with fewer shards than readers some readers deliver nothing;
+3. each of those shards becomes a presigned GET URL (boto3 ``generate_presigned_url``, signed locally,
+   valid ``url_expires_s``; the endpoint follows ``via_proxy``), and the URLs go to
+   ``wds.WebDataset(urls, shardshuffle=False, nodesplitter=None, workersplitter=None)``: webdataset
+   1.x appends its node/worker splitters only when they are truthy, so None disables both (we split
+   above) and ``shardshuffle=False`` keeps our shard order. webdataset opens ``http(s)://`` URLs with
+   a ``curl`` subprocess per shard (its ``gopen``), one shard after the other — the library's own I/O;
+4. ``.shuffle(shuffle_buffer)`` (webdataset's buffer shuffle, seeded by seed/epoch/reader) when
+   ``shuffle`` is on; samples become Items: key = the ``id`` entry, data = the image entry (``jpg``,
+   else the first entry), label from ``cls`` (int) or ``seg.png``/``png``/``npy``/``lbl`` (blob).
+
+``concurrency`` and ``prefetch_buffers`` are not used: webdataset reads one stream per pipeline, and its
+parallelism is DataLoader workers (run it with workers for a like-for-like comparison).
+Errors (curl failures, a damaged tar) surface as one-line WorkbenchErrors with the URL's query string
+(the signature and the access key id) removed.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import Field
+
+from workbench.config import Settings
+from workbench.data import ShardInfo, read_index
+from workbench.errors import WorkbenchError
+from workbench.loaders.base import Item, Loader, LoaderConfig
+from workbench.loaders.order import effective_shard, epoch_order, take_shard
+
+INDEX = "index.json"
+BLOB_LABEL_ENTRIES = ("seg.png", "png", "npy", "lbl")  # as written by workbench.data.shards
+_META = ("id", "sum")
+_QUERY = re.compile(r"\?[^\s'\"\]]*")
+
+
+class WebDatasetConfig(LoaderConfig):
+    shuffle_buffer: int = Field(1000, ge=0, le=1_000_000, description="webdataset .shuffle() buffer (0/1: off)")
+    url_expires_s: int = Field(3600, ge=60, le=7 * 24 * 3600, description="lifetime of the presigned shard URLs")
+    bucket: str | None = Field(None, description="bucket (default: the catalog's, else settings.s3_bucket)")
+    prefix: str | None = Field(None, description="key prefix of the dataset (default: the catalog's)")
+
+
+def redact(text: str) -> str:
+    """A message without URL query strings (presigned URLs carry the access key id and a signature)."""
+    return _QUERY.sub("?<signed>", text)
+
+
+class WebDatasetPeer(Loader):
+    """``wds.WebDataset`` over presigned URLs of our shards; split and shard order are ours."""
+
+    name = "webdataset"
+    backend = "s3-shards"
+    Config = WebDatasetConfig
+    config: WebDatasetConfig
+
+    def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1) -> None:
+        super().__init__(settings, config, worker_id, num_workers)
+        self._store = None
+        self._index: list[ShardInfo] | None = None
+
+    @property
+    def store(self):
+        """Our S3 store of the dataset (boto3): the index GET and URL signing only, made on first use."""
+        if self._store is None:
+            from workbench.backends.s3_objects import S3Store
+            from workbench.loaders.s3_shards import locate_prefix
+
+            bucket, prefix = locate_prefix(self.settings, self.backend, self.config)
+            self._store = S3Store(self.settings, bucket, prefix, self.config.via_proxy, connections=4)
+        return self._store
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_store=None, _lock=None)  # boto3 clients and locks do not pickle; each worker signs with its own
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def shards(self) -> list[ShardInfo]:
+        if self._index is None:
+            split = self.config.split
+            try:
+                data, _ = self.store.get(f"{split}/{INDEX}")
+            except KeyError:
+                raise WorkbenchError(
+                    f"no shard index at {self.store.where}/{split}/{INDEX}: dataset '{self.config.dataset}' split "
+                    f"'{split}' was not ingested into s3-shards there (`workbench ingest --backend s3-shards`)"
+                ) from None
+            try:
+                self._index = read_index(data)
+            except WorkbenchError as exc:
+                raise WorkbenchError(f"{self.store.where}/{split}/{INDEX}: {exc}") from None
+        return self._index
+
+    def urls(self, epoch: int) -> tuple[list[str], int]:
+        """This reader's presigned shard URLs for `epoch`, in reading order, and its flat reader index."""
+        c = self.config
+        index, count = effective_shard(c.shard_id, c.num_shards, self.worker_id, self.num_workers)
+        mine = take_shard(epoch_order(self.shards(), c.seed, epoch, c.shuffle), index, count)
+        return [self.store.url(f"{c.split}/{info.name}", c.url_expires_s) for info in mine], index
+
+    def pipeline(self, epoch: int):
+        """The ``wds.WebDataset`` of this reader's shards for `epoch` (None when it has no shard)."""
+        import webdataset as wds
+
+        urls, index = self.urls(epoch)
+        if not urls:
+            return None
+        c = self.config
+        dataset = wds.WebDataset(urls, shardshuffle=False, nodesplitter=None, workersplitter=None,
+                                 empty_check=False, seed=0)
+        if c.shuffle and c.shuffle_buffer > 1:
+            dataset = dataset.shuffle(c.shuffle_buffer, seed=f"{c.seed}:{epoch}:{index}")
+        return dataset
+
+    def iter_epoch(self, epoch: int) -> Iterator[Item]:
+        dataset = self.pipeline(epoch)
+        if dataset is None:
+            return
+        samples = iter(dataset)
+        while True:
+            try:
+                sample = next(samples)
+            except StopIteration:
+                return
+            except WorkbenchError:
+                raise
+            except Exception as exc:  # curl exit codes, tar errors: one line, no signed URL
+                first = redact(str(exc)).splitlines()[0][:300] if str(exc) else ""
+                raise WorkbenchError(
+                    f"webdataset failed reading {self.store.where}/{self.config.split}: {type(exc).__name__}: {first}"
+                ) from None
+            yield self.item(sample)
+
+    def item(self, sample: dict[str, Any]) -> Item:
+        url = redact(str(sample.get("__url__", "a shard")))
+        raw_id = sample.get("id")
+        if raw_id is None:
+            raise WorkbenchError(f"sample {sample.get('__key__')} in {url} has no 'id' entry: not a workbench shard")
+        key = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+        entries = [k for k in sample if not k.startswith("__")]
+        image_ext = "jpg" if "jpg" in sample else next((e for e in entries if e not in _META), None)
+        if image_ext is None:
+            raise WorkbenchError(f"sample {key} in {url} has no image entry")
+        label: int | bytes | None = None
+        if self.config.label_type == "int":
+            if "cls" not in sample:
+                raise WorkbenchError(
+                    f"sample {key} in {url} has no 'cls' entry but label_type is int: use label_type blob or none"
+                )
+            try:
+                label = int(sample["cls"])
+            except ValueError:
+                raise WorkbenchError(f"sample {key} in {url}: 'cls' is not an integer") from None
+        elif self.config.label_type == "blob":
+            ext = next((e for e in BLOB_LABEL_ENTRIES if e in sample and e != image_ext), None)
+            if ext is None:
+                raise WorkbenchError(
+                    f"sample {key} in {url} has no label entry ({', '.join(BLOB_LABEL_ENTRIES)}) but label_type "
+                    "is blob: use label_type int or none"
+                )
+            label = sample[ext]
+        return Item(key, label, sample[image_ext])

@@ -371,7 +371,7 @@ def test_shards_readable_by_webdataset_over_http(shards_ds):
         original = expected[sample["__key__"]]
         assert sample["jpg"] == original.data
         assert int(sample["cls"]) == original.label
-        assert sample["id"].decode() == str(original.id)
+        assert sample["uid"].decode() == str(original.id)
         seen += 1
     assert seen == 120
 
@@ -397,7 +397,7 @@ def test_shards_readable_by_dali(shards_ds, tmp_path):
 
     @pipeline_def(batch_size=batch, num_threads=1, device_id=None)
     def pipe():
-        jpg, cls, ids = fn.readers.webdataset(paths=paths, index_paths=indexes, ext=["jpg", "cls", "id"],
+        jpg, cls, ids = fn.readers.webdataset(paths=paths, index_paths=indexes, ext=["jpg", "cls", "uid"],
                                               missing_component_behavior="error", name="reader")
         return jpg, cls, ids, fn.decoders.image(jpg, device="cpu")
 

@@ -278,7 +278,7 @@ def test_remote_dataset_pipeline_with_a_client_and_dataloader_workers(settings, 
 
 def test_remote_dataset_labels_match_ids(settings, shards, expected):
     base = RemoteDataset(settings, shards.bucket, shards.prefix, shuffle_buffer=50, seed=1)
-    dataset = base.decode("pil").to_tuple("jpg;png", "cls", "id").map_tuple(_preproc(), None, None).batched(16)
+    dataset = base.decode("pil").to_tuple("jpg;png", "cls", "uid").map_tuple(_preproc(), None, None).batched(16)
     assert base.stages == [] and len(dataset.stages) == 4  # each call returns a new dataset
     seen = Counter()
     for images, labels, ids in DataLoader(dataset, num_workers=2, batch_size=None):
@@ -287,7 +287,7 @@ def test_remote_dataset_labels_match_ids(settings, shards, expected):
             assert int(label) == expected[key][1]
             seen[key] += 1
     assert seen == Counter(set(expected))
-    raw = next(iter(RemoteDataset(settings, shards.bucket, shards.prefix).to_tuple("jpg", "cls", "id")))
+    raw = next(iter(RemoteDataset(settings, shards.bucket, shards.prefix).to_tuple("jpg", "cls", "uid")))
     assert raw[0] == expected[raw[2]][0] and int(raw[1]) == expected[raw[2]][1]
 
 

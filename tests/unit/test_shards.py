@@ -44,18 +44,18 @@ def _entry_names(shard: bytes) -> list[str]:
 def test_entries_per_label_kind() -> None:
     sid = uuid.UUID(int=7)
     cls = sample_to_entries(Sample(id=sid, name="c/x.jpg", label=3, data=b"\xff\xd8\xffimg"))
-    assert list(cls) == ["jpg", "cls", "id", "sum"]
-    assert cls["cls"] == b"3" and cls["id"] == str(sid).encode()
+    assert list(cls) == ["jpg", "cls", "uid", "sum"]
+    assert cls["cls"] == b"3" and cls["uid"] == str(sid).encode()
     mask = PNG_MAGIC + b"mask"
     seg = sample_to_entries(Sample(id=sid, name="x.jpg", label=mask, data=b"\xff\xd8\xffimg"))
-    assert list(seg) == ["jpg", "png", "id", "sum"] and seg["png"] == mask
+    assert list(seg) == ["jpg", "png", "uid", "sum"] and seg["png"] == mask
     png_img = sample_to_entries(Sample(id=sid, name="x.png", label=mask, data=PNG_MAGIC + b"img"))
-    assert list(png_img) == ["png", "seg.png", "id", "sum"]
+    assert list(png_img) == ["png", "seg.png", "uid", "sum"]
     vec = encode_multilabel(np.array([1, 0, 1], dtype=np.uint8))
     ml = sample_to_entries(Sample(id=sid, name="x.jpg", label=vec, data=b"\xff\xd8\xffimg"))
-    assert list(ml) == ["jpg", "npy", "id", "sum"]
+    assert list(ml) == ["jpg", "npy", "uid", "sum"]
     none = sample_to_entries(Sample(id=sid, name="x.jpg", label=None, data=b"\xff\xd8\xffimg"))
-    assert list(none) == ["jpg", "id", "sum"]
+    assert list(none) == ["jpg", "uid", "sum"]
     assert sample_key(Sample(id=sid, name="x", label=None, data=b"")) == sid.hex
     assert "." not in sid.hex
 
@@ -100,7 +100,7 @@ def test_every_sample_once_and_byte_identical(samples: list[Sample]) -> None:
             assert check_entries({"__key__": key, **entries}) is None
     assert seen == Counter(list(by_key))
     order = [n for _, d in shards for n in _entry_names(d)]
-    assert [n.split(".", 1)[1] for n in order[:4]] == ["jpg", "cls", "id", "sum"]  # contiguous, in order
+    assert [n.split(".", 1)[1] for n in order[:4]] == ["jpg", "cls", "uid", "sum"]  # contiguous, in order
 
 
 def test_check_entries_detects_corruption(samples: list[Sample]) -> None:
@@ -165,4 +165,21 @@ def test_readable_by_webdataset(samples: list[Sample], tmp_path: Path) -> None:
         s = by_key[g["__key__"]]
         assert g["jpg"] == s.data
         assert int(g["cls"]) == s.label
-        assert g["id"].decode() == str(s.id)
+        assert g["uid"].decode() == str(s.id)
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+def test_webdataset_default_decoding_works_on_our_shards(samples: list[Sample], tmp_path: Path) -> None:
+    """webdataset's `.decode()` turns `.id` entries into ints; our uuid entry must not trip it."""
+    wds = pytest.importorskip("webdataset")
+    urls = []
+    for info, data in pack_shards(samples, maxcount=12):
+        (tmp_path / info.name).write_bytes(data)
+        urls.append(str(tmp_path / info.name))
+    dataset = wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+    decoded = list(dataset.decode("pil").to_tuple("jpg", "cls", "uid"))
+    gc.collect()
+    assert len(decoded) == len(samples)
+    image, label, uid = decoded[0]
+    assert image.size == (samples[0].width, samples[0].height) and label == samples[0].label
+    assert uid.decode() == str(samples[0].id)

@@ -38,7 +38,7 @@ from itertools import groupby
 from typing import Any
 
 from workbench.backends.base import Progress, StoredSample
-from workbench.data import Sample, ShardInfo, pack_shards, read_index, read_shard, write_index
+from workbench.data import ID_ENTRY, Sample, ShardInfo, pack_shards, read_index, read_shard, write_index
 from workbench.errors import WorkbenchError
 
 log = logging.getLogger(__name__)
@@ -365,7 +365,7 @@ def _samples_of(data: bytes, split: str, where: str) -> Iterator[StoredSample]:
     try:
         for entries in read_shard(data, where):
             try:
-                sample_id = uuid.UUID(entries["id"].decode())
+                sample_id = uuid.UUID(entries[ID_ENTRY].decode())
             except (KeyError, ValueError):
                 log.warning("sample %s in %s has no valid 'id' entry: skipped", entries.get("__key__"), where)
                 continue

@@ -10,6 +10,9 @@ from workbench.data.sample import (
     verify_image,
 )
 from workbench.data.shards import (
+    ID_ENTRY,
+    META_ENTRIES,
+    SUM_ENTRY,
     ShardInfo,
     check_entries,
     pack_shards,
@@ -32,9 +35,12 @@ from workbench.data.sources import (
 from workbench.data.splits import SplitFile, largest_remainder, make_split, parse_ratios
 
 __all__ = [
+    "ID_ENTRY",
     "IMAGE_EXTENSIONS",
     "KINDS",
+    "META_ENTRIES",
     "NAMESPACE",
+    "SUM_ENTRY",
     "ImageFolderSource",
     "IndexedSource",
     "Sample",

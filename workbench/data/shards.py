@@ -24,6 +24,13 @@ INDEX_FORMAT = "workbench-shards"
 INDEX_VERSION = 1
 
 
+
+# The sample id entry is "uid", not "id": webdataset's default decoders turn any ".id" entry into an
+# int, which breaks `.decode()` on shards whose ids are uuids.
+ID_ENTRY = "uid"
+SUM_ENTRY = "sum"
+META_ENTRIES = (ID_ENTRY, SUM_ENTRY)
+
 @dataclass
 class ShardInfo:
     """What an index needs to know about one shard."""
@@ -65,8 +72,8 @@ def sample_to_entries(s: Sample) -> dict[str, bytes]:
             entries["npy"] = s.label
         else:
             entries["lbl"] = s.label
-    entries["id"] = str(s.id).encode()
-    entries["sum"] = s.checksum.encode()
+    entries[ID_ENTRY] = str(s.id).encode()
+    entries[SUM_ENTRY] = s.checksum.encode()
     return entries
 
 
@@ -230,8 +237,8 @@ def check_entries(entries: dict[str, bytes]) -> str | None:
     """None if the image entry (the first one, by write order) matches ``sum``, else a reason."""
     key = entries.get("__key__")
     exts = [k for k in entries if k != "__key__"]
-    stored = entries.get("sum")
-    if not exts or exts[0] in ("id", "sum") or stored is None:
+    stored = entries.get(SUM_ENTRY)
+    if not exts or exts[0] in META_ENTRIES or stored is None:
         return f"sample {key}: expected an image entry then a 'sum' entry, got {exts}"
     if checksum(entries[exts[0]]) != stored.decode(errors="replace"):
         return f"sample {key}: checksum of {exts[0]!r} does not match 'sum'"

@@ -31,7 +31,7 @@ from urllib.parse import unquote
 from pydantic import Field
 
 from workbench.config import Settings
-from workbench.data import ShardInfo, read_index, read_shard
+from workbench.data import ID_ENTRY, ShardInfo, read_index, read_shard
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.inflight import in_flight
@@ -260,12 +260,13 @@ def list_files(root: Path, split: str) -> list[FileEntry]:
 
 
 def shard_items(data: bytes, where: str, label_type: str) -> Iterator[Item]:
-    """Items of one tar shard: id from its ``id`` entry, data = first entry, label per `label_type`."""
+    """Items of one tar shard: id from its sample id entry, data = first entry, label per `label_type`."""
     for entries in read_shard(data, where):
         try:
-            key = entries["id"].decode()
+            key = entries[ID_ENTRY].decode()
         except (KeyError, UnicodeDecodeError):
-            raise WorkbenchError(f"sample {entries.get('__key__')} in {where} has no valid 'id' entry") from None
+            sample = entries.get("__key__")
+            raise WorkbenchError(f"sample {sample} in {where} has no valid '{ID_ENTRY}' entry") from None
         exts = [k for k in entries if k != "__key__"]
         label: int | bytes | None = None
         if label_type == "int" and "cls" in entries:

@@ -44,6 +44,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from workbench.backends.s3_objects import S3Store
 from workbench.config import Settings
+from workbench.data import META_ENTRIES
 from workbench.errors import WorkbenchError
 from workbench.loaders.inflight import in_flight
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
@@ -396,7 +397,7 @@ class RemoteDataset(IterableDataset):
     ``RemoteDataset(settings_or_client, bucket, folder, split="train", **loader_config)`` reads
     ``s3://bucket/folder/<split>/`` (the s3-shards layout) with `S3ShardsLoader` (``shuffle_buffer``,
     ``parallel_shards``, ``shuffle``, ``seed``, ``shard_id``/``num_shards``... as loader settings) and
-    yields webdataset sample dicts: ``{"__key__", "__url__", "jpg": bytes, "cls": bytes, "id": str,
+    yields webdataset sample dicts: ``{"__key__", "__url__", "jpg": bytes, "cls": bytes, "uid": str,
     "sum": str}``. Each method returns a new dataset with one more stage (webdataset's own filters)::
 
         ds = (RemoteDataset(client, bucket, folder)
@@ -509,8 +510,8 @@ class RemoteDataset(IterableDataset):
 
 
 def _as_text(sample: dict[str, Any]) -> dict[str, Any]:
-    """The shard's ``id`` (a uuid) and ``sum`` entries as text: webdataset would decode ``.id`` as an int."""
-    for ext in ("id", "sum"):
+    """The shard's sample id and checksum entries as text, for readers that expect str."""
+    for ext in META_ENTRIES:
         if isinstance(sample.get(ext), bytes):
             sample[ext] = sample[ext].decode()
     return sample

@@ -35,7 +35,7 @@ from pydantic import Field
 
 from workbench.backends.s3_objects import S3Store
 from workbench.config import Settings
-from workbench.data import ShardInfo, read_index, read_shard
+from workbench.data import ID_ENTRY, META_ENTRIES, ShardInfo, read_index, read_shard
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.inflight import in_flight
@@ -175,15 +175,15 @@ class S3ShardsLoader(Loader):
             yield self.item(entries)
 
     def item(self, entries: dict[str, Any]) -> Item:
-        """An Item from a sample dict: key = the ``id`` entry, data = the image entry, label per label_type."""
+        """An Item from a sample dict: key = the sample id entry, data = the image entry, label per label_type."""
         where = f"sample {entries.get('__key__')} in {entries.get('__url__', 'a shard')}"
-        raw_id = entries.get("id")
+        raw_id = entries.get(ID_ENTRY)
         if raw_id is None:
-            raise WorkbenchError(f"{where} has no 'id' entry: not a workbench shard (ingest with workbench)")
+            raise WorkbenchError(f"{where} has no '{ID_ENTRY}' entry: not a workbench shard (ingest with workbench)")
         key = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
         exts = [k for k in entries if not k.startswith("__")]
         image_ext = exts[0]  # the layout writes the image first (workbench.data.shards.sample_to_entries)
-        if image_ext in ("id", "sum"):
+        if image_ext in META_ENTRIES:
             raise WorkbenchError(f"{where} has no image entry")
         label: int | bytes | None = None
         label_type = self.config.label_type

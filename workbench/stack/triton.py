@@ -57,6 +57,23 @@ class Triton(Service):
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
         libdir = sysconfig.get_config_var("LIBDIR") or ""
         env["LD_LIBRARY_PATH"] = ":".join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
+        # The cassandra_fetch model reads these (Triton's cwd is the state dir: no .env is read there).
+        # Secrets travel only in the child's environment, never on its command line or in a log.
+        env["WORKBENCH_HOST"] = s.host
+        env["WORKBENCH_CASSANDRA_PORT"] = str(s.cassandra_port)
+        env["WORKBENCH_TIMEOUT_S"] = str(s.timeout_s)
+        # The table it reads by default: Settings has no field for it, so the environment, else .env.
+        if not env.get("WORKBENCH_TRITON_CASSANDRA_TABLE"):
+            from dotenv import dotenv_values
+
+            from workbench.config import ENV_FILE
+
+            dotenv = dotenv_values(ENV_FILE) if ENV_FILE.is_file() else {}
+            env["WORKBENCH_TRITON_CASSANDRA_TABLE"] = (dotenv.get("WORKBENCH_TRITON_CASSANDRA_TABLE")
+                                                       or "workbench_triton.data_train")
+        if s.cassandra_username and s.cassandra_password:
+            env["WORKBENCH_CASSANDRA_USERNAME"] = s.cassandra_username
+            env["WORKBENCH_CASSANDRA_PASSWORD"] = s.cassandra_password.get_secret_value()
         command = [
             str(pytriton_root() / "bin" / "tritonserver"), f"--model-repository={repository}",
             f"--backend-directory={self.data_dir / 'backends'}",

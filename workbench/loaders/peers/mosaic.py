@@ -51,6 +51,7 @@ including those of other loaders still running (DataLoader workers of the same r
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import shutil
@@ -73,6 +74,20 @@ log = logging.getLogger(__name__)
 MDS_DIR = "mds"
 INDEX = "index.json"
 _ENV_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def _machine_lock(path: Path) -> Iterator[None]:
+    """Serialise StreamingDataset construction across processes: streaming picks shared-memory names
+    (e.g. /000000_locals) by probing which are free, so two DataLoader workers starting together can
+    pick the same one and fail with FileExistsError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 _WORLD_VARS = ("WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK")
 
 
@@ -290,7 +305,7 @@ class MosaicStreamingPeer(Loader):
         local.parent.mkdir(parents=True, exist_ok=True)
         self._local = local
         try:
-            with _ENV_LOCK, _one_process_world():
+            with _ENV_LOCK, _machine_lock(local.parent.parent.parent / ".streaming.lock"), _one_process_world():
                 _set_streaming_env(self.settings, c.via_proxy)
                 dataset = StreamingDataset(
                     remote=remote, local=str(local), shuffle=c.shuffle, shuffle_seed=c.seed % 2**31,

@@ -37,14 +37,14 @@ from typing import Any
 from pydantic import Field
 
 from workbench.config import Settings
-from workbench.data import ShardInfo, read_index
+from workbench.data import ID_ENTRY, META_ENTRIES, ShardInfo, read_index
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 
 INDEX = "index.json"
 BLOB_LABEL_ENTRIES = ("seg.png", "png", "npy", "lbl")  # as written by workbench.data.shards
-_META = ("id", "sum")
+_META = META_ENTRIES
 _QUERY = re.compile(r"\?[^\s'\"\]]*")
 
 
@@ -151,7 +151,7 @@ class WebDatasetPeer(Loader):
 
     def item(self, sample: dict[str, Any]) -> Item:
         url = redact(str(sample.get("__url__", "a shard")))
-        raw_id = sample.get("id")
+        raw_id = sample.get(ID_ENTRY)
         if raw_id is None:
             raise WorkbenchError(f"sample {sample.get('__key__')} in {url} has no 'id' entry: not a workbench shard")
         key = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)

@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 comma := ,
-EXTRAS ?= triton,torch,tf,dali,bench,peers,dev
+EXTRAS ?= triton,torch,tf,dali,bench,peers,lightning,dev
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-10)-$(subst $(comma),_,$(EXTRAS))
 
 .PHONY: venv stack-up stack-down stack-status demo test unit lint sweep notebooks

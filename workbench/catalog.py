@@ -36,5 +36,9 @@ def locate(settings: Settings, backend: str, dataset: str) -> dict:
     return backend_class(backend)(settings, dataset).describe()
 
 
+def forget(settings: Settings, backend: str, dataset: str) -> None:
+    catalog_path(settings, backend, dataset).unlink(missing_ok=True)
+
+
 def known(settings: Settings, backend: str) -> list[str]:
     return sorted(p.stem for p in (settings.state_dir / "catalog" / backend).glob("*.json"))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 PACKAGES = ("workbench", "numpy", "pillow", "cassandra-driver", "boto3", "pyignite", "tritonclient", "webdataset",
             "torch", "torchvision", "tensorflow", "nvidia-dali-cuda120", "nvidia-pytriton", "s3torchconnector",
-            "mosaicml-streaming", "pandas")
+            "mosaicml-streaming", "pandas", "lightning", "keras")
 
 
 def _cpu_model() -> str:

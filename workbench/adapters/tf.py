@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import tensorflow as tf
@@ -13,9 +14,10 @@ from workbench.loaders import loader_class, make_loader
 def tf_dataset(loader: str, settings: Settings, **config: Any) -> tf.data.Dataset:
     """Elements {"key": string, "label": int64 | string, "data": string}; one epoch per iteration.
 
-    Each iteration of the dataset runs one epoch; `epoch` in the config picks the shuffle order.
+    Each iteration of the dataset (including each round of `.repeat()`) runs the next epoch, with its
+    own shuffle order, starting at `epoch` from the config.
     """
-    epoch = int(config.pop("epoch", 0))
+    epochs = itertools.count(int(config.pop("epoch", 0)))
     validated = loader_class(loader).Config(**config)
     label_spec = {"int": tf.TensorSpec((), tf.int64), "blob": tf.TensorSpec((), tf.string)}.get(validated.label_type)
     signature: dict[str, tf.TensorSpec] = {"key": tf.TensorSpec((), tf.string), "data": tf.TensorSpec((), tf.string)}
@@ -24,7 +26,7 @@ def tf_dataset(loader: str, settings: Settings, **config: Any) -> tf.data.Datase
 
     def generate():
         with make_loader(loader, settings, **validated.model_dump()) as source:
-            source.set_epoch(epoch)
+            source.set_epoch(next(epochs))
             for item in source:
                 element = {"key": item.key, "data": item.data}
                 if label_spec is not None:
@@ -35,12 +37,14 @@ def tf_dataset(loader: str, settings: Settings, **config: Any) -> tf.data.Datase
 
 
 def decode_images(dataset: tf.data.Dataset, size: int = 224) -> tf.data.Dataset:
-    """Decode JPEG/PNG, resize and center-crop to `size` x `size`, in parallel."""
+    """Decode JPEG/PNG, resize the short side to `size` and center-crop (as the torch and DALI paths do)."""
 
     def decode(element: dict) -> dict:
         image = tf.io.decode_image(element["data"], channels=3, expand_animations=False)
-        image = tf.image.resize_with_crop_or_pad(tf.image.resize(image, (size, size), preserve_aspect_ratio=True),
-                                                 size, size)
-        return {**element, "image": tf.cast(image, tf.uint8)}
+        shape = tf.cast(tf.shape(image)[:2], tf.float32)
+        scale = size / tf.reduce_min(shape)
+        resized = tf.image.resize(image, tf.cast(tf.math.ceil(shape * scale), tf.int32), antialias=True)
+        image = tf.image.resize_with_crop_or_pad(resized, size, size)
+        return {**element, "image": tf.cast(tf.clip_by_value(image, 0, 255), tf.uint8)}
 
     return dataset.map(decode, num_parallel_calls=tf.data.AUTOTUNE)

@@ -71,7 +71,10 @@ def decode_transform(size: int = 224, on_corrupt: str = "raise") -> Callable[[It
                 return None
             raise WorkbenchError(f"sample {item.key}: cannot decode image ({str(exc).splitlines()[0]})") from exc
         image = F.center_crop(F.resize(image, [size], antialias=True), [size, size])
-        return image, item.label if isinstance(item.label, int) else -1
+        if isinstance(item.label, bytes):
+            raise WorkbenchError(f"sample {item.key}: decode_transform yields class labels, this one is a blob "
+                                 "(label_type blob): decode masks/multilabels in a transform of your own")
+        return image, -1 if item.label is None else item.label
 
     return transform
 

@@ -16,6 +16,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workbench import catalog
 from workbench.config import Settings
 from workbench.data import Sample
 
@@ -74,9 +75,14 @@ class Backend(ABC):
     def scan(self) -> Iterator[StoredSample]:
         """Every stored sample of this dataset, read back raw."""
 
+    @abstractmethod
+    def drop_layout(self) -> None:
+        """Delete everything this dataset stored in the backend; idempotent."""
+
     def drop(self) -> None:
-        """Delete everything this dataset stored (benchmarks and tests clean up after themselves)."""
-        raise NotImplementedError(f"{type(self).__name__}.drop")
+        """Delete the dataset and forget its catalog entry (benchmarks and tests clean up after themselves)."""
+        self.drop_layout()
+        catalog.forget(self.settings, self.name, self.dataset)
 
     def describe(self) -> dict:
         """Where the data lives, for the catalog and for loaders (keyspace, bucket/prefix, cache...)."""

@@ -279,7 +279,7 @@ class CassandraBackend(Backend):
                 writer.drain()  # raises the first failed request unless another exception is on its way
             writer.check()
 
-    def drop(self) -> None:
+    def drop_layout(self) -> None:
         """Drop the dataset: its own keyspace (the default), or only its tables in a keyspace given by name.
 
         A keyspace given with --keyspace may hold other tables: it is dropped only once it is empty.

@@ -152,7 +152,7 @@ class FilesystemBackend(Backend):
     def scan(self) -> Iterator[StoredSample]:
         return self.layout.scan()
 
-    def drop(self) -> None:
+    def drop_layout(self) -> None:
         """Delete this layout's files, then empty folders; the other layout sharing the root stays. Idempotent."""
         if not self.root.is_dir():
             return

@@ -178,7 +178,7 @@ class IgniteBackend(Backend):
             "match its layout or destroy it first"
         )
 
-    def drop(self) -> None:
+    def drop_layout(self) -> None:
         """Destroy the cache (sql mode: drop the table and so its cache) and the ids cache; idempotent."""
         with self._client() as client:
             self._destroy(client)

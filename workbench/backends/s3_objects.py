@@ -471,7 +471,7 @@ class S3ObjectsBackend(Backend):
     def manifest(self, split: str) -> list[tuple[str, str]]:
         return self.objects.manifest(split)
 
-    def drop(self) -> None:
+    def drop_layout(self) -> None:
         """Delete this dataset's objects, journal and manifests (the bucket stays); idempotent."""
         if self.store.bucket_exists():
             self.objects.drop()

@@ -61,7 +61,7 @@ class S3ShardsBackend(Backend):
     def scan(self) -> Iterator[StoredSample]:
         return self.shards.scan()
 
-    def drop(self) -> None:
+    def drop_layout(self) -> None:
         """Delete this dataset's shards, records and indexes (the bucket stays); idempotent."""
         if self.store.bucket_exists():
             self.shards.drop()

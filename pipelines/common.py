@@ -1,0 +1,357 @@
+"""What every reference pipeline shares: models, a timed train step, the no-I/O ceiling and the report.
+
+The number a pipeline reports is images/s *while training*, next to the ceiling: the same model, the
+same batch size and the same number of steps, trained on synthetic tensors already in memory (no I/O,
+no decode). ``ratio = images_per_s / ceiling``: 1.0 means storage and decoding keep the model fully
+fed; 0.25 means the model waits for data three quarters of the time.
+
+The first ``warmup`` steps (connections, worker start-up, cuDNN autotuning) are not timed, in both
+the fed run and the ceiling.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+# ------------------------------------------------------------------------------------------------ devices
+
+
+def pick_device(device: str | None = None):
+    """The torch device to train on: CUDA when present (or asked for), else CPU."""
+    import torch
+
+    if device:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def set_cpu_threads(threads: int | None) -> None:
+    """Bound torch's intra-op threads (decode workers and the model share the CPU cores)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def synchronize(device) -> None:
+    import torch
+
+    if getattr(device, "type", str(device)) == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ------------------------------------------------------------------------------------------------- models
+
+
+def default_model(device) -> tuple[str, int]:
+    """(architecture, image size): resnet50 at 224 px on a GPU, resnet18 at 112 px on a CPU."""
+    return ("resnet50", 224) if getattr(device, "type", str(device)) == "cuda" else ("resnet18", 112)
+
+
+def tiny_cnn(num_outputs: int):
+    """A few conv layers: a few training steps take milliseconds on a CPU."""
+    from torch import nn
+
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16), nn.ReLU(inplace=True),
+        nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ReLU(inplace=True),
+        nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, num_outputs),
+    )
+
+
+def build_classifier(arch: str, num_outputs: int):
+    """torchvision ``resnet18``/``resnet34``/``resnet50``/... (random weights) or ``tiny``."""
+    if arch == "tiny":
+        return tiny_cnn(num_outputs)
+    import torchvision
+
+    try:
+        factory = getattr(torchvision.models, arch)
+    except AttributeError:
+        raise ValueError(f"unknown model {arch!r}: use tiny or a torchvision model (resnet18, resnet50...)") from None
+    return factory(weights=None, num_classes=num_outputs)
+
+
+# ------------------------------------------------------------------------------------------ training step
+
+
+class TrainStep:
+    """One optimiser step of `model` on (images, targets); mixed precision (autocast + GradScaler) on CUDA.
+
+    Images may be uint8 NCHW (normalised here, on the device, with the ImageNet mean/std) or float
+    (already normalised, as DALI delivers them). Calling it returns the loss as a detached tensor, so
+    the GPU is never synchronised inside the loop; `last_loss` reads it.
+    """
+
+    def __init__(self, model, loss_fn, device, lr: float = 0.01, amp: bool | None = None,
+                 channels_last: bool | None = None, optimizer=None,
+                 make_batch: Callable[[int], tuple] | None = None) -> None:
+        import torch
+
+        self.device = device
+        cuda = device.type == "cuda"
+        self.amp = cuda if amp is None else amp
+        self.amp_dtype = torch.float16 if cuda else torch.bfloat16  # CPU autocast speaks bfloat16
+        self.channels_last = cuda if channels_last is None else channels_last
+        self.model = model.to(device)
+        if self.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.model.train()
+        self.loss_fn = loss_fn
+        self.optimizer = optimizer or torch.optim.SGD(self.model.parameters(), lr=lr, momentum=0.9)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp and cuda)
+        self.mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1) * 255
+        self.make_batch = make_batch  # synthetic (images, targets) on the device, for `no_io_ceiling`
+        self.loss = None
+        self.steps = 0
+
+    def prepare(self, images):
+        """To the device, float, normalised, channels-last on CUDA."""
+        import torch
+
+        images = images.to(self.device, non_blocking=True)
+        if images.dtype == torch.uint8:
+            images = (images.float() - self.mean) / self.std
+        if self.channels_last and images.dim() == 4:
+            images = images.contiguous(memory_format=torch.channels_last)
+        return images
+
+    def __call__(self, images, targets):
+        import torch
+
+        images = self.prepare(images)
+        targets = targets.to(self.device, non_blocking=True)
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp):
+            loss = self.loss_fn(self.model(images), targets)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.loss = loss.detach()
+        self.steps += 1
+        return self.loss
+
+    @property
+    def last_loss(self) -> float:
+        return float(self.loss.float().item()) if self.loss is not None else math.nan
+
+    def clone(self) -> TrainStep:
+        """An independent copy (model, optimiser, scaler): the ceiling never touches the trained weights."""
+        twin = copy.copy(self)
+        twin.model = copy.deepcopy(self.model)
+        twin.optimizer = type(self.optimizer)(twin.model.parameters(), **self.optimizer.defaults)
+        twin.scaler = copy.deepcopy(self.scaler)
+        twin.loss, twin.steps = None, 0
+        return twin
+
+
+def classification_batch(size: int, num_classes: int, device) -> Callable[[int], tuple]:
+    """A maker of synthetic (images, labels) batches already on `device`: what the ceiling trains on."""
+    import torch
+
+    def make(batch_size: int):
+        images = torch.randn(batch_size, 3, size, size, device=device)
+        labels = torch.randint(0, num_classes, (batch_size,), device=device)
+        return images, labels
+
+    return make
+
+
+# --------------------------------------------------------------------------------------------- throughput
+
+
+class Meter:
+    """Images/s over the steps after the first `warmup` ones (the clock starts when warm-up ends)."""
+
+    def __init__(self, warmup: int, device=None) -> None:
+        self.warmup = warmup
+        self.device = device
+        self.steps = 0
+        self.images = 0
+        self.start: float | None = None
+        self.stop: float | None = None
+        self.first = time.perf_counter()
+
+    def step(self, images: int) -> None:
+        self.steps += 1
+        if self.steps == self.warmup:
+            if self.device is not None:
+                synchronize(self.device)
+            self.start = time.perf_counter()
+        elif self.steps > self.warmup:
+            self.images += images
+
+    def finish(self) -> float:
+        if self.device is not None:
+            synchronize(self.device)
+        self.stop = time.perf_counter()
+        if self.start is None:  # warmup 0: everything was timed from construction
+            self.start = self.first
+        return self.images_per_s
+
+    @property
+    def seconds(self) -> float:
+        return (self.stop or time.perf_counter()) - (self.start or self.first)
+
+    @property
+    def images_per_s(self) -> float:
+        return self.images / self.seconds if self.images and self.seconds > 0 else 0.0
+
+
+def default_warmup(steps: int) -> int:
+    """One untimed step when there are at least two, more on longer runs (at most 10)."""
+    return 0 if steps < 2 else min(10, max(1, steps // 10))
+
+
+def cycle_epochs(make_epoch: Callable[[int], Iterable], steps: int) -> Iterator[Any]:
+    """`steps` batches, starting a new epoch (make_epoch(epoch)) whenever one ends."""
+    epoch, done = 0, 0
+    while done < steps:
+        produced = False
+        for batch in make_epoch(epoch):
+            produced = True
+            yield batch
+            done += 1
+            if done >= steps:
+                return
+        if not produced:
+            raise RuntimeError(f"epoch {epoch} delivered no batch: is the dataset (or this shard of it) empty?")
+        epoch += 1
+
+
+def run_steps(step: Callable, make_epoch: Callable[[int], Iterable], steps: int, warmup: int, device=None,
+              check: Callable[[Any, Any], None] | None = None) -> Meter:
+    """Train `steps` steps on the batches of `make_epoch` (epochs chained); the finished Meter of the timed ones."""
+    meter = Meter(warmup, device)
+    for inputs, targets in cycle_epochs(make_epoch, steps):
+        if check is not None:
+            check(inputs, targets)
+        step(inputs, targets)
+        meter.step(len(targets))
+    meter.finish()
+    return meter
+
+
+def torch_loader_epochs(loader: str, settings, dataset: str, transform: Callable, batch_size: int, workers: int,
+                        device, collate_fn: Callable | None = None, **config: Any) -> Callable[[int], Iterable]:
+    """epoch -> DataLoader over `LoaderDataset(loader, transform=...)`: decoding in `workers` processes.
+
+    Each worker builds its own loader (own connections) for its share of the epoch; `set_epoch` picks
+    the shuffle order, and reaches the workers because they start when the DataLoader is iterated.
+    """
+    from torch.utils.data import DataLoader
+
+    from workbench.adapters.torch import LoaderDataset
+
+    data = LoaderDataset(loader, settings, transform=transform, dataset=dataset, **config)
+    extra = {"prefetch_factor": 4, "persistent_workers": False} if workers > 0 else {}
+    batches = DataLoader(data, batch_size=batch_size, num_workers=workers, pin_memory=device.type == "cuda",
+                         collate_fn=collate_fn, **extra)
+
+    def epoch(e: int):
+        data.set_epoch(e)
+        return batches
+
+    epoch.dataset = data  # type: ignore[attr-defined]
+    return epoch
+
+
+def ingest_synthetic(loader: str, settings, dataset: str, count: int, kind: str = "classification",
+                     num_classes: int = 10, mean_kb: float = 110.0, **layout: Any):
+    """Ingest `count` synthetic samples of `kind` into the backend `loader` reads (idempotent); the backend."""
+    from workbench.backends import make_backend
+    from workbench.data import SyntheticSource
+    from workbench.ingest import ingest
+    from workbench.loaders import loader_class
+
+    backend = make_backend(loader_class(loader).backend, settings, dataset, **layout)
+    summary = ingest(SyntheticSource(count, num_classes=num_classes, kind=kind, mean_kb=mean_kb, name=dataset),
+                     backend, progress=False)
+    print(summary.line(), flush=True)
+    return backend
+
+
+def no_io_ceiling(model_step: Callable, batch_size: int, steps: int, make_batch: Callable[[int], tuple] | None = None,
+                  warmup: int | None = None, device=None) -> float:
+    """Images/s of `model_step(images, targets)` on one synthetic batch kept in memory: no I/O, no decode.
+
+    `make_batch(batch_size)` builds the batch (default: `model_step.make_batch`); `device` (default:
+    `model_step.device`) is synchronised before reading the clock. Use a `TrainStep.clone()` to leave
+    the trained model untouched.
+    """
+    make_batch = make_batch or getattr(model_step, "make_batch", None)
+    if make_batch is None:
+        raise ValueError("no_io_ceiling needs make_batch (or a model_step with a make_batch attribute)")
+    device = device if device is not None else getattr(model_step, "device", None)
+    warmup = default_warmup(steps) if warmup is None else warmup
+    images, targets = make_batch(batch_size)
+    meter = Meter(warmup, device)
+    for _ in range(max(steps, warmup + 1)):
+        model_step(images, targets)
+        meter.step(batch_size)
+    return meter.finish()
+
+
+# ------------------------------------------------------------------------------------------------- report
+
+
+def ratio_of(images_per_s: float, ceiling: float) -> float:
+    return images_per_s / ceiling if ceiling > 0 else math.nan
+
+
+def report(name: str, images_per_s: float, ceiling: float, config: dict, write_results_dir: Path | str | None = None,
+           settings=None, extra: dict | None = None) -> dict:
+    """Print images/s and the ratio to the no-I/O ceiling; with `write_results_dir`, also a results row.
+
+    The row (config + measurements) goes to `<dir>/<name>.json|csv` with the environment
+    (`describe_environment`, server versions when `settings` is given). Returns the row.
+    """
+    ratio = ratio_of(images_per_s, ceiling)
+    row = {"pipeline": name, **config, "images_per_s": round(images_per_s, 2), "ceiling_images_per_s":
+           round(ceiling, 2), "ratio": round(ratio, 4) if not math.isnan(ratio) else ratio, **(extra or {})}
+    print(f"{name}: {images_per_s:.1f} images/s while training, no-I/O ceiling {ceiling:.1f} images/s, "
+          f"ratio {ratio:.2f}" + "".join(f", {k} {v}" for k, v in (extra or {}).items()), flush=True)
+    if write_results_dir is not None:
+        from workbench.environment import describe_environment
+        from workbench.results import write_results
+
+        json_path, _ = write_results(Path(write_results_dir), name, [row], describe_environment(settings))
+        print(f"results: {json_path}", flush=True)
+    return row
+
+
+def loader_options(pairs: list[str] | None) -> dict[str, Any]:
+    """``-o key=value`` pairs as loader config (values parsed as JSON when they are, else strings)."""
+    import json
+
+    options: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"bad option '{pair}': use key=value")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip()] = value
+    return options
+
+
+def run_cli(main: Callable[[list[str]], Any], argv: list[str]) -> None:
+    """Run a pipeline's `main`: a WorkbenchError (service down, unknown dataset...) is one line, not a traceback."""
+    from workbench.errors import WorkbenchError
+
+    try:
+        main(argv)
+    except WorkbenchError as exc:
+        raise SystemExit(f"error: {exc}") from None

@@ -1,0 +1,170 @@
+"""Multi-label classification fed from Cassandra: multi-hot vectors stored as ``np.save`` blob labels.
+
+    workbench ingest --source synthetic:200:multilabel --backend cassandra -o label_type=blob
+    python -m pipelines.multilabel --dataset synthetic-multilabel-200-s0 --steps 20
+    python -m pipelines.multilabel --dataset ml_demo --ingest 200      # ingest synthetic data first
+
+As in the cassandra-dali-plugin multilabel example, each label is a serialised numpy tensor (here
+``np.save`` bytes, decoded with `workbench.data.decode_multilabel`, never unpickled). One sigmoid output
+per class, ``BCEWithLogitsLoss``. The model is the classifier of `train_torch` (resnet50 + mixed
+precision on a GPU, resnet18 at 112 px on a CPU; ``--model tiny`` for a few-millisecond step). Any loader
+works (``--loader``) on a layout ingested with ``label_type=blob``. Reported: images/s, the ratio to the
+same model's no-I/O ceiling, the final loss and the exact-match ratio of the last batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from pipelines.common import (
+    TrainStep,
+    build_classifier,
+    default_model,
+    default_warmup,
+    ingest_synthetic,
+    loader_options,
+    no_io_ceiling,
+    pick_device,
+    ratio_of,
+    report,
+    run_cli,
+    run_steps,
+    set_cpu_threads,
+    torch_loader_epochs,
+)
+
+
+def multilabel_transform(size: int, num_classes: int):
+    """Item -> (uint8 CHW image, float32 multi-hot vector of `num_classes`)."""
+    from torchvision.io import ImageReadMode, decode_image
+    from torchvision.transforms.v2 import functional as F
+
+    from workbench.data import decode_multilabel
+    from workbench.errors import WorkbenchError
+
+    def transform(item):
+        if not isinstance(item.label, bytes):
+            raise WorkbenchError(f"sample {item.key}: the label is {type(item.label).__name__}, not an np.save "
+                                 "vector: read with label_type=blob a dataset ingested with label_type=blob")
+        try:
+            hot = decode_multilabel(item.label)
+        except ValueError as exc:
+            raise WorkbenchError(f"sample {item.key}: label is not an np.save vector ({exc})") from exc
+        if hot.ndim != 1 or hot.shape[0] != num_classes:
+            raise WorkbenchError(f"sample {item.key}: label vector of shape {hot.shape}, expected ({num_classes},): "
+                                 "pass --num-classes")
+        image = decode_image(torch.frombuffer(bytearray(item.data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+        image = F.center_crop(F.resize(image, [size], antialias=True), [size, size])
+        return image, torch.from_numpy(hot.astype("float32"))
+
+    return transform
+
+
+def multilabel_batch(size: int, num_classes: int, device):
+    def make(batch_size: int):
+        return (torch.randn(batch_size, 3, size, size, device=device),
+                (torch.rand(batch_size, num_classes, device=device) < 0.2).float())
+
+    return make
+
+
+def exact_match(step: TrainStep, images: torch.Tensor, targets: torch.Tensor) -> float:
+    """Share of samples whose every class is predicted right (logit > 0), in eval mode."""
+    step.model.eval()
+    with torch.no_grad(), torch.autocast(step.device.type, dtype=step.amp_dtype, enabled=step.amp):
+        predicted = step.model(step.prepare(images)) > 0
+    step.model.train()
+    return float((predicted == targets.to(step.device).bool()).all(1).float().mean())
+
+
+def train(dataset: str, settings=None, steps: int = 20, batch_size: int | None = None, *, loader: str = "cassandra",
+          model: str | None = None, size: int | None = None, num_classes: int = 10, workers: int = 2,
+          threads: int | None = None, warmup: int | None = None, lr: float = 0.01, ceiling: bool = True,
+          results_dir=None, **loader_config: Any) -> dict:
+    """Train the multi-label classifier `steps` steps from `loader` (label_type blob); returns the report row."""
+    if settings is None:
+        from workbench.config import Settings
+
+        settings = Settings()
+    set_cpu_threads(threads)
+    dev = pick_device()
+    arch, default_size = default_model(dev)
+    arch, size = model or arch, size or default_size
+    batch_size = batch_size or (128 if dev.type == "cuda" else 32)
+    warmup = default_warmup(steps) if warmup is None else min(warmup, steps - 1)
+    loader_config = {"label_type": "blob", **loader_config}
+
+    step = TrainStep(build_classifier(arch, num_classes), nn.BCEWithLogitsLoss(), dev, lr=lr,
+                     make_batch=multilabel_batch(size, num_classes, dev))
+    epochs = torch_loader_epochs(loader, settings, dataset, multilabel_transform(size, num_classes), batch_size,
+                                 workers, dev, **loader_config)
+    last: list = []
+
+    def keep(images, targets) -> None:
+        last[:] = [images, targets]
+
+    started = time.perf_counter()
+    meter = run_steps(step, epochs, steps, warmup, dev, check=keep)
+    wall = time.perf_counter() - started
+    loss = step.last_loss
+    matched = exact_match(step, *last)
+    top = no_io_ceiling(step.clone(), batch_size, steps, warmup=warmup) if ceiling else math.nan
+
+    config = {"loader": loader, "dataset": dataset, "task": "multilabel", "model": arch, "size": size,
+              "num_classes": num_classes, "batch_size": batch_size, "steps": steps, "warmup": warmup,
+              "device": str(dev), "amp": step.amp, "workers": workers,
+              "loader_config": {k: v for k, v in loader_config.items() if "password" not in k}}
+    extra = {"loss": round(loss, 4), "exact_match": round(matched, 4), "timed_images": meter.images,
+             "wall_seconds": round(wall, 2)}
+    row = report(f"multilabel-{loader}", meter.images_per_s, top, config, results_dir, settings=settings,
+                 extra=extra)
+    return {**row, "images_per_s": meter.images_per_s, "ceiling": top, "ratio": ratio_of(meter.images_per_s, top),
+            "loss": loss, "exact_match": matched}
+
+
+def parser() -> argparse.ArgumentParser:
+    from workbench.loaders import LOADERS
+
+    p = argparse.ArgumentParser(prog="python -m pipelines.multilabel", description=__doc__.split("\n\n")[0])
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--loader", default="cassandra", choices=sorted(LOADERS))
+    p.add_argument("--ingest", type=int, default=0, metavar="N",
+                   help="first ingest N synthetic multilabel samples (label_type blob) under --dataset")
+    p.add_argument("--mean-kb", type=float, default=110.0, help="--ingest: mean JPEG size")
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--model", default=None,
+                   help="tiny or a torchvision classifier (default: resnet50 GPU, resnet18 CPU)")
+    p.add_argument("--size", type=int, default=None)
+    p.add_argument("--num-classes", type=int, default=10, help="length of the multi-hot vectors (synthetic: 10)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="loader setting")
+    p.add_argument("--results-dir", default=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from workbench.config import Settings
+
+    args = parser().parse_args(argv)
+    settings = Settings()
+    if args.ingest:
+        ingest_synthetic(args.loader, settings, args.dataset, args.ingest, "multilabel", args.num_classes,
+                         args.mean_kb, label_type="blob")
+    return train(args.dataset, settings, steps=args.steps, batch_size=args.batch_size, loader=args.loader,
+                 model=args.model, size=args.size, num_classes=args.num_classes, workers=args.workers,
+                 threads=args.threads, warmup=args.warmup, results_dir=args.results_dir,
+                 **loader_options(args.option))
+
+
+if __name__ == "__main__":
+    run_cli(main, sys.argv[1:])

@@ -1,0 +1,208 @@
+"""Semantic segmentation fed from Cassandra: JPEG images with PNG masks stored as blob labels.
+
+    workbench ingest --source synthetic:200:segmentation --backend cassandra -o label_type=blob
+    python -m pipelines.segmentation --dataset synthetic-segmentation-200-s0 --steps 20
+    python -m pipelines.segmentation --dataset seg_demo --ingest 200      # ingest synthetic data first
+
+As in the cassandra-dali-plugin segmentation example, the label column holds an encoded mask
+(``label_type="blob"``): here a PNG of class indices, decoded with torchvision, resized with
+nearest-neighbour sampling and cropped exactly like its image. The model is a tiny fully convolutional
+network on a CPU, torchvision's FCN-ResNet50 with mixed precision on a GPU; the loss is per-pixel
+cross-entropy. Any loader works (``--loader``), as long as its layout was ingested with
+``label_type=blob``. Reported: images/s, the ratio to the same model's no-I/O ceiling, final loss and
+pixel accuracy of the last batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from pipelines.common import (
+    TrainStep,
+    default_warmup,
+    ingest_synthetic,
+    loader_options,
+    no_io_ceiling,
+    pick_device,
+    ratio_of,
+    report,
+    run_cli,
+    run_steps,
+    set_cpu_threads,
+    torch_loader_epochs,
+)
+
+
+class TinyFCN(nn.Module):
+    """Three strided conv blocks (1/8 resolution), a 1x1 classifier, bilinear upsampling to the input size."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+
+        def block(cin: int, cout: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(cout),
+                                 nn.ReLU(inplace=True))
+
+        self.encoder = nn.Sequential(block(3, 16), block(16, 32), block(32, 64))
+        self.classifier = nn.Conv2d(64, num_classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.classifier(self.encoder(x))
+        return nn.functional.interpolate(logits, size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
+class _OutOnly(nn.Module):
+    """torchvision segmentation models return {'out': ..., 'aux': ...}: keep 'out'."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)["out"]
+
+
+def build_model(arch: str, num_classes: int) -> nn.Module:
+    if arch == "tiny":
+        return TinyFCN(num_classes)
+    if arch == "fcn_resnet50":
+        from torchvision.models.segmentation import fcn_resnet50
+
+        return _OutOnly(fcn_resnet50(weights=None, weights_backbone=None, num_classes=num_classes, aux_loss=False))
+    raise ValueError(f"unknown segmentation model {arch!r}: use tiny or fcn_resnet50")
+
+
+def segmentation_transform(size: int, num_classes: int):
+    """Item -> (uint8 CHW image, int64 HW mask): short side to `size`, center crop, same geometry for both."""
+    from torchvision.io import ImageReadMode, decode_image
+    from torchvision.transforms.v2 import InterpolationMode
+    from torchvision.transforms.v2 import functional as F
+
+    from workbench.errors import WorkbenchError
+
+    def transform(item):
+        if not isinstance(item.label, bytes):
+            raise WorkbenchError(f"sample {item.key}: the label is {type(item.label).__name__}, not an encoded mask: "
+                                 "read with label_type=blob a dataset ingested with label_type=blob")
+        image = decode_image(torch.frombuffer(bytearray(item.data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+        mask = decode_image(torch.frombuffer(bytearray(item.label), dtype=torch.uint8), mode=ImageReadMode.GRAY)
+        if mask.shape[-2:] != image.shape[-2:]:
+            raise WorkbenchError(f"sample {item.key}: mask {tuple(mask.shape[-2:])} and image "
+                                 f"{tuple(image.shape[-2:])} differ in size")
+        image = F.center_crop(F.resize(image, [size], antialias=True), [size, size])
+        mask = F.center_crop(F.resize(mask, [size], interpolation=InterpolationMode.NEAREST), [size, size])
+        mask = mask[0].long()
+        if int(mask.max()) >= num_classes:
+            raise WorkbenchError(f"sample {item.key}: mask class {int(mask.max())} >= num_classes {num_classes}")
+        return image, mask
+
+    return transform
+
+
+def segmentation_batch(size: int, num_classes: int, device):
+    def make(batch_size: int):
+        return (torch.randn(batch_size, 3, size, size, device=device),
+                torch.randint(0, num_classes, (batch_size, size, size), device=device))
+
+    return make
+
+
+def pixel_accuracy(step: TrainStep, images: torch.Tensor, masks: torch.Tensor) -> float:
+    step.model.eval()
+    with torch.no_grad(), torch.autocast(step.device.type, dtype=step.amp_dtype, enabled=step.amp):
+        predicted = step.model(step.prepare(images)).argmax(1)
+    step.model.train()
+    return float((predicted == masks.to(step.device)).float().mean())
+
+
+def train(dataset: str, settings=None, steps: int = 20, batch_size: int | None = None, *, loader: str = "cassandra",
+          model: str | None = None, size: int | None = None, num_classes: int = 10, workers: int = 2,
+          threads: int | None = None, warmup: int | None = None, lr: float = 0.01, ceiling: bool = True,
+          results_dir=None, **loader_config: Any) -> dict:
+    """Train the segmentation model `steps` steps from `loader` (label_type blob); returns the report row."""
+    if settings is None:
+        from workbench.config import Settings
+
+        settings = Settings()
+    set_cpu_threads(threads)
+    dev = pick_device()
+    cuda = dev.type == "cuda"
+    arch = model or ("fcn_resnet50" if cuda else "tiny")
+    size = size or (224 if cuda else 96)
+    batch_size = batch_size or (32 if cuda else 16)
+    warmup = default_warmup(steps) if warmup is None else min(warmup, steps - 1)
+    loader_config = {"label_type": "blob", **loader_config}
+
+    step = TrainStep(build_model(arch, num_classes), nn.CrossEntropyLoss(), dev, lr=lr,
+                     make_batch=segmentation_batch(size, num_classes, dev))
+    epochs = torch_loader_epochs(loader, settings, dataset, segmentation_transform(size, num_classes), batch_size,
+                                 workers, dev, **loader_config)
+    last: list = []
+
+    def keep(images, masks) -> None:
+        last[:] = [images, masks]
+
+    started = time.perf_counter()
+    meter = run_steps(step, epochs, steps, warmup, dev, check=keep)
+    wall = time.perf_counter() - started
+    loss = step.last_loss
+    accuracy = pixel_accuracy(step, *last)  # of the last training batch, after its step
+    top = no_io_ceiling(step.clone(), batch_size, steps, warmup=warmup) if ceiling else math.nan
+
+    config = {"loader": loader, "dataset": dataset, "task": "segmentation", "model": arch, "size": size,
+              "num_classes": num_classes, "batch_size": batch_size, "steps": steps, "warmup": warmup,
+              "device": str(dev), "amp": step.amp, "workers": workers,
+              "loader_config": {k: v for k, v in loader_config.items() if "password" not in k}}
+    extra = {"loss": round(loss, 4), "pixel_accuracy": round(accuracy, 4), "timed_images": meter.images,
+             "wall_seconds": round(wall, 2)}
+    row = report(f"segmentation-{loader}", meter.images_per_s, top, config, results_dir, settings=settings,
+                 extra=extra)
+    return {**row, "images_per_s": meter.images_per_s, "ceiling": top, "ratio": ratio_of(meter.images_per_s, top),
+            "loss": loss, "pixel_accuracy": accuracy}
+
+
+def parser() -> argparse.ArgumentParser:
+    from workbench.loaders import LOADERS
+
+    p = argparse.ArgumentParser(prog="python -m pipelines.segmentation", description=__doc__.split("\n\n")[0])
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--loader", default="cassandra", choices=sorted(LOADERS))
+    p.add_argument("--ingest", type=int, default=0, metavar="N",
+                   help="first ingest N synthetic segmentation samples (label_type blob) under --dataset")
+    p.add_argument("--mean-kb", type=float, default=110.0, help="--ingest: mean JPEG size")
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--model", default=None, choices=["tiny", "fcn_resnet50"])
+    p.add_argument("--size", type=int, default=None)
+    p.add_argument("--num-classes", type=int, default=10, help="mask classes (synthetic default: 10)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="loader setting")
+    p.add_argument("--results-dir", default=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from workbench.config import Settings
+
+    args = parser().parse_args(argv)
+    settings = Settings()
+    if args.ingest:
+        ingest_synthetic(args.loader, settings, args.dataset, args.ingest, "segmentation", args.num_classes,
+                         args.mean_kb, label_type="blob")
+    return train(args.dataset, settings, steps=args.steps, batch_size=args.batch_size, loader=args.loader,
+                 model=args.model, size=args.size, num_classes=args.num_classes, workers=args.workers,
+                 threads=args.threads, warmup=args.warmup, results_dir=args.results_dir,
+                 **loader_options(args.option))
+
+
+if __name__ == "__main__":
+    run_cli(main, sys.argv[1:])

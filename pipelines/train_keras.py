@@ -1,0 +1,232 @@
+"""A Keras classifier fed by tf.data straight from Ignite or Cassandra (or any registered loader).
+
+    python -m pipelines.train_keras --source ignite-dataset --dataset D --steps 50   # TF IgniteDataset (scan)
+    python -m pipelines.train_keras --source ignite --dataset D                       # the ignite loader (get_all)
+    python -m pipelines.train_keras --source cassandra --dataset D -o concurrency=64
+
+Sources:
+
+* ``ignite-dataset``: `workbench.loaders.ignite.IgniteDataset` over the dataset's cache, the API of the
+  TensorFlow-on-Ignite article: elements ``{'key', 'val': {'id', 'split', 'label', 'data', ...}}``,
+  filtered to ``--split``, reshaped to ``{'data', 'label'}``. One scan per epoch, cache order.
+* any registered loader name (``ignite``, ``cassandra``, ``s3-shards``...): `workbench.adapters.tf.tf_dataset`,
+  the loader's own strategy and per-epoch shuffle.
+
+Then `decode_images` (parallel JPEG decode, resize, center crop), batch, prefetch, and ``model.fit`` for
+``--steps`` steps. The model is a small CNN (ResNet50 with mixed_float16 when TensorFlow sees a GPU;
+the project installs tensorflow-cpu, whose GPU paths are torch and DALI). The ceiling is the same model
+(`clone_model`) fitted the same number of steps on one batch held in memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from functools import reduce
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from pipelines.common import Meter, default_warmup, loader_options, ratio_of, report, run_cli
+from workbench.errors import WorkbenchError
+
+IGNITE_DATASET = "ignite-dataset"
+EPOCHS_AHEAD = 16  # distinct shuffled epochs chained before the dataset repeats
+
+
+def configure_threads(threads: int | None) -> None:
+    """Bound TensorFlow's thread pools (call before TensorFlow runs anything)."""
+    import tensorflow as tf
+
+    if threads:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(threads)
+        except RuntimeError:  # already initialised in this process: keep what it has
+            pass
+
+
+def tf_gpu() -> bool:
+    import tensorflow as tf
+
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def build_model(arch: str, size: int, num_classes: int):
+    """``tiny``: three strided conv blocks; ``resnet50``: keras.applications.ResNet50 (random weights)."""
+    import keras
+    from keras import layers
+
+    if arch == "resnet50":
+        return keras.applications.ResNet50(weights=None, input_shape=(size, size, 3), classes=num_classes,
+                                           classifier_activation=None)
+    if arch != "tiny":
+        raise ValueError(f"unknown keras model '{arch}': use tiny or resnet50")
+    inputs = keras.Input((size, size, 3))
+    x = inputs
+    for width in (16, 32, 64):
+        x = layers.Conv2D(width, 3, strides=2, padding="same", use_bias=False)(x)
+        x = layers.BatchNormalization()(x)
+        x = layers.ReLU()(x)
+    x = layers.GlobalAveragePooling2D()(x)
+    outputs = layers.Dense(num_classes, dtype="float32")(x)
+    return keras.Model(inputs, outputs, name="tiny_cnn")
+
+
+def compile_model(model, lr: float = 0.01):
+    import keras
+
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=lr, momentum=0.9),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def elements(source: str, dataset: str, settings, split: str = "train", **config: Any):
+    """A tf.data.Dataset of {'data': encoded string, 'label': int64}, EPOCHS_AHEAD epochs then repeating."""
+    import tensorflow as tf
+
+    if source == IGNITE_DATASET:
+        from workbench import catalog
+        from workbench.loaders.ignite import IgniteDataset
+
+        page_size = int(config.pop("page_size", 100))
+        cache = config.pop("cache_name", None) or catalog.locate(settings, "ignite", dataset).get("cache")
+        if not cache:
+            raise WorkbenchError(f"no Ignite cache recorded for dataset {dataset}: ingest it into ignite first")
+        if config:
+            raise WorkbenchError(f"{IGNITE_DATASET} takes no loader options besides cache_name ({', '.join(config)})")
+        scan = IgniteDataset(cache, settings=settings, page_size=page_size)
+        # binary objects name their fields as written (split, label, data), SQL tables in upper case
+        names = {name.lower(): name for name in scan.element_spec["val"]}
+        missing = {"split", "label", "data"} - set(names)
+        if missing:
+            raise WorkbenchError(f"Ignite cache {cache} has no {', '.join(sorted(missing))} field: "
+                                 "not a workbench layout")
+        wanted = tf.constant(split)
+        return (scan.filter(lambda e: tf.equal(e["val"][names["split"]], wanted))
+                .map(lambda e: {"data": e["val"][names["data"]], "label": tf.cast(e["val"][names["label"]], tf.int64)})
+                .repeat())
+
+    from workbench.adapters.tf import tf_dataset
+
+    def one(epoch: int):
+        return tf_dataset(source, settings, dataset=dataset, split=split, epoch=epoch, **config)
+
+    epochs = reduce(lambda a, b: a.concatenate(b), (one(e) for e in range(1, EPOCHS_AHEAD)), one(0))
+    return epochs.map(lambda e: {"data": e["data"], "label": e["label"]}).repeat()
+
+
+def input_pipeline(source: str, dataset: str, settings, batch_size: int, size: int, split: str = "train",
+                   **config: Any):
+    """(float32 NHWC images in [-1, 1], int64 labels) batches: decode_images in parallel, prefetched."""
+    import tensorflow as tf
+
+    from workbench.adapters.tf import decode_images
+
+    decoded = decode_images(elements(source, dataset, settings, split, **config), size)
+    pairs = decoded.map(lambda e: (tf.cast(e["image"], tf.float32) / 127.5 - 1.0, e["label"]),
+                        num_parallel_calls=tf.data.AUTOTUNE)
+    return pairs.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+def _throughput_callback(warmup: int, batch_size: int):
+    import keras
+
+    class Throughput(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.meter = Meter(warmup)
+
+        def on_train_begin(self, logs=None) -> None:
+            self.meter = Meter(warmup)
+
+        def on_train_batch_end(self, batch, logs=None) -> None:
+            self.meter.step(batch_size)
+
+        def on_train_end(self, logs=None) -> None:
+            self.meter.finish()
+
+    return Throughput()
+
+
+def train(source: str, dataset: str, settings=None, steps: int = 20, batch_size: int | None = None, *,
+          model: str | None = None, size: int | None = None, num_classes: int = 1000, split: str = "train",
+          threads: int | None = None, warmup: int | None = None, lr: float = 0.01, ceiling: bool = True,
+          results_dir=None, **loader_config: Any) -> dict:
+    """``model.fit`` for `steps` steps from `source`; returns the report row (images_per_s, ceiling, ratio, loss)."""
+    configure_threads(threads)
+    import keras
+    import tensorflow as tf
+
+    if settings is None:
+        from workbench.config import Settings
+
+        settings = Settings()
+    gpu = tf_gpu()
+    arch = model or ("resnet50" if gpu else "tiny")
+    size = size or (224 if gpu else 112)
+    batch_size = batch_size or (128 if gpu else 32)
+    warmup = default_warmup(steps) if warmup is None else min(warmup, steps - 1)
+    if gpu:
+        keras.mixed_precision.set_global_policy("mixed_float16")
+
+    net = compile_model(build_model(arch, size, num_classes), lr)
+    twin = compile_model(keras.models.clone_model(net), lr)
+    data = input_pipeline(source, dataset, settings, batch_size, size, split, **loader_config)
+    meter = _throughput_callback(warmup, batch_size)
+    started = time.perf_counter()
+    history = net.fit(data, epochs=1, steps_per_epoch=steps, callbacks=[meter], verbose=0, shuffle=False)
+    wall = time.perf_counter() - started
+    loss = float(history.history["loss"][-1])
+    images_per_s = meter.meter.images_per_s
+
+    top = math.nan
+    if ceiling:
+        fake = (tf.random.uniform((batch_size, size, size, 3), -1.0, 1.0),
+                tf.random.uniform((batch_size,), 0, num_classes, dtype=tf.int64))
+        ceiling_meter = _throughput_callback(warmup, batch_size)
+        twin.fit(tf.data.Dataset.from_tensors(fake).repeat(), epochs=1, steps_per_epoch=steps,
+                 callbacks=[ceiling_meter], verbose=0, shuffle=False)
+        top = ceiling_meter.meter.images_per_s
+
+    config = {"source": source, "dataset": dataset, "split": split, "model": arch, "size": size,
+              "batch_size": batch_size, "steps": steps, "warmup": warmup, "gpu": gpu,
+              "loader_config": {k: v for k, v in loader_config.items() if "password" not in k}}
+    extra = {"loss": round(loss, 4), "timed_images": meter.meter.images, "wall_seconds": round(wall, 2)}
+    row = report(f"train_keras-{source}", images_per_s, top, config, results_dir, settings=settings, extra=extra)
+    return {**row, "images_per_s": images_per_s, "ceiling": top, "ratio": ratio_of(images_per_s, top), "loss": loss}
+
+
+def parser() -> argparse.ArgumentParser:
+    from workbench.loaders import LOADERS
+
+    p = argparse.ArgumentParser(prog="python -m pipelines.train_keras", description=__doc__.split("\n\n")[0])
+    p.add_argument("--source", required=True, choices=[IGNITE_DATASET, *sorted(LOADERS)],
+                   help="ignite-dataset (TF IgniteDataset) or a registered loader through tf_dataset")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--split", default="train")
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--model", default=None, choices=["tiny", "resnet50"])
+    p.add_argument("--size", type=int, default=None)
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--threads", type=int, default=None, help="TensorFlow intra/inter-op threads")
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="loader setting (or page_size / cache_name for ignite-dataset)")
+    p.add_argument("--results-dir", default=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parser().parse_args(argv)
+    return train(args.source, args.dataset, steps=args.steps, batch_size=args.batch_size, model=args.model,
+                 size=args.size, num_classes=args.num_classes, split=args.split, threads=args.threads,
+                 warmup=args.warmup, results_dir=args.results_dir, **loader_options(args.option))
+
+
+if __name__ == "__main__":
+    run_cli(main, sys.argv[1:])

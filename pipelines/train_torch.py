@@ -1,0 +1,220 @@
+"""A PyTorch image classifier fed by ANY registered loader, decoded by DALI or by torchvision.
+
+    python -m pipelines.train_torch --loader cassandra --dataset synthetic-classification-200-s0 --steps 20
+    python -m pipelines.train_torch --loader s3-shards --dataset D --decode dali -o concurrency=32
+
+Two decode paths, the same model and the same report:
+
+* ``--decode dali``: the loader feeds a DALI pipeline (`workbench.adapters.dali.image_pipeline`):
+  ``fn.decoders.image`` with ``device="mixed"`` (nvJPEG) on a GPU, on the CPU otherwise, then resize,
+  crop and normalise; batches reach torch through DALI's PyTorch iterator.
+* ``--decode torch``: `LoaderDataset` + `decode_transform` (torchvision decode, resize, center-crop)
+  in DataLoader worker processes (each worker its own loader and connections); uint8 batches are
+  normalised on the device.
+
+The model is torchvision resnet50 at 224 px with mixed precision (``torch.autocast`` + ``GradScaler``,
+channels-last) on a GPU, resnet18 at 112 px in float32 on a CPU (``--model``/``--size`` override).
+After training, a copy of the same model trains as many steps on synthetic tensors in memory: the
+no-I/O ceiling. Printed: images/s while training, the ceiling, and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pipelines.common import (
+    TrainStep,
+    build_classifier,
+    classification_batch,
+    default_model,
+    default_warmup,
+    loader_options,
+    no_io_ceiling,
+    pick_device,
+    ratio_of,
+    report,
+    run_cli,
+    run_steps,
+    set_cpu_threads,
+    torch_loader_epochs,
+)
+from workbench.errors import WorkbenchError
+
+DECODERS = ("torch", "dali")
+
+
+def make_step(arch: str, size: int, num_classes: int, device, amp: bool | None = None, lr: float = 0.01) -> TrainStep:
+    """The classifier, its optimiser and loss as one `TrainStep` (with the ceiling's batch maker)."""
+    from torch import nn
+
+    return TrainStep(build_classifier(arch, num_classes), nn.CrossEntropyLoss(), device, lr=lr, amp=amp,
+                     make_batch=classification_batch(size, num_classes, device))
+
+
+# ---------------------------------------------------------------------------------------------- decoders
+
+
+def torch_epochs(loader: str, settings, dataset: str, batch_size: int, size: int, workers: int, device,
+                 **config: Any) -> Callable[[int], Iterable[tuple]]:
+    """epoch -> DataLoader of (uint8 NCHW images, int64 labels), decoded by torchvision in `workers` processes."""
+    from torch.utils.data import default_collate
+
+    from workbench.adapters.torch import decode_transform, skip_none
+
+    on_corrupt = config.get("on_corrupt", "raise")
+    epochs = torch_loader_epochs(loader, settings, dataset, decode_transform(size, on_corrupt), batch_size, workers,
+                                 device, skip_none(default_collate) if on_corrupt == "skip" else None, **config)
+    label_type = epochs.dataset.config["label_type"]
+    if label_type != "int":
+        raise WorkbenchError(f"the classifier needs int labels; loader {loader} is configured with label_type "
+                         f"{label_type} (see pipelines/segmentation.py and multilabel.py)")
+    return epochs
+
+
+def dali_epochs(loader: str, settings, dataset: str, batch_size: int, size: int, device, threads: int = 2,
+                **config: Any) -> tuple[Callable[[int], Iterable[tuple]], Callable[[], None]]:
+    """epoch -> DALI batches (normalised float NCHW on the device, int64 labels); and a closer.
+
+    DALI decodes with nvJPEG (``device="mixed"``) when training on a GPU, on the CPU otherwise.
+    """
+    from nvidia.dali.plugin.base_iterator import LastBatchPolicy
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+    from workbench.adapters.dali import image_pipeline
+    from workbench.loaders import make_loader
+
+    source = make_loader(loader, settings, dataset=dataset, **config)
+    if source.config.label_type != "int":
+        source.close()
+        raise WorkbenchError(f"the classifier needs int labels; loader {loader} is configured with label_type "
+                         f"{source.config.label_type}")
+    gpu = device.type == "cuda"
+    pipe = image_pipeline(source, batch_size, size=size, gpu=gpu, num_threads=threads)
+    # external_source with cycle="raise": an epoch ends when the loader does; PARTIAL keeps the short last batch
+    iterator = DALIGenericIterator(pipe, ["images", "labels"], last_batch_policy=LastBatchPolicy.PARTIAL,
+                                   auto_reset=True, prepare_first_batch=False)
+
+    def epoch(e: int):
+        for out in iterator:  # the source's own epoch counter advances with each reset (one per epoch)
+            batch = out[0]
+            yield batch["images"], batch["labels"].view(-1).long()
+
+    def close():
+        source.close()
+
+    return epoch, close
+
+
+# ------------------------------------------------------------------------------------------------- train
+
+
+def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str = "torch",
+          batch_size: int | None = None, *, model: str | None = None, size: int | None = None,
+          num_classes: int = 1000, workers: int = 2, device: str | None = None, amp: bool | None = None,
+          threads: int | None = None, dali_threads: int = 2, warmup: int | None = None, lr: float = 0.01,
+          ceiling: bool = True, results_dir=None, quiet: bool = False, **loader_config: Any) -> dict:
+    """Train the classifier `steps` steps from `loader` and measure; returns the report row as a dict.
+
+    Keys include ``images_per_s``, ``ceiling`` (no-I/O images/s of the same model), ``ratio``,
+    ``loss`` (the last step's), ``timed_images`` and ``timed_seconds`` (after `warmup` untimed steps),
+    ``wall_seconds`` and the configuration.
+    Extra keyword arguments are loader settings (``concurrency``, ``split``, ``via_proxy``...).
+    """
+    if decode not in DECODERS:
+        raise ValueError(f"decode must be one of {', '.join(DECODERS)}, got {decode!r}")
+    if steps < 1:
+        raise ValueError("steps must be >= 1")
+    if settings is None:
+        from workbench.config import Settings
+
+        settings = Settings()
+    set_cpu_threads(threads)
+    dev = pick_device(device)
+    arch, default_size = default_model(dev)
+    arch, size = model or arch, size or default_size
+    batch_size = batch_size or (128 if dev.type == "cuda" else 32)
+    warmup = default_warmup(steps) if warmup is None else min(warmup, steps - 1)
+
+    step = make_step(arch, size, num_classes, dev, amp=amp, lr=lr)
+    if decode == "dali":
+        make_epoch, close = dali_epochs(loader, settings, dataset, batch_size, size, dev, dali_threads,
+                                        **loader_config)
+    else:
+        make_epoch, close = torch_epochs(loader, settings, dataset, batch_size, size, workers, dev,
+                                         **loader_config), (lambda: None)
+
+    def check(images, labels) -> None:
+        low, high = int(labels.min()), int(labels.max())
+        if low < 0 or high >= num_classes:
+            raise WorkbenchError(f"labels in [{low}, {high}] do not fit num_classes {num_classes}: pass --num-classes")
+
+    started = time.perf_counter()
+    try:
+        meter = run_steps(step, make_epoch, steps, warmup, dev, check)
+    finally:
+        close()
+    images_per_s = meter.images_per_s
+    loss = step.last_loss
+    wall = time.perf_counter() - started
+    top = no_io_ceiling(step.clone(), batch_size, steps, warmup=warmup) if ceiling else math.nan
+    config = {"loader": loader, "dataset": dataset, "decode": decode, "model": arch, "size": size,
+              "batch_size": batch_size, "steps": steps, "warmup": warmup, "device": str(dev), "amp": step.amp,
+              "workers": workers if decode == "torch" else 0,
+              "loader_config": {k: v for k, v in loader_config.items() if "password" not in k}}
+    extra = {"loss": round(loss, 4), "timed_images": meter.images, "timed_seconds": round(meter.seconds, 3),
+             "wall_seconds": round(wall, 2)}
+    name = f"train_torch-{loader}-{decode}"
+    if quiet:
+        row = {"pipeline": name, **config, "images_per_s": images_per_s, "ceiling_images_per_s": top,
+               "ratio": ratio_of(images_per_s, top), **extra}
+    else:
+        row = report(name, images_per_s, top, config, results_dir, settings=settings, extra=extra)
+    return {**row, "images_per_s": images_per_s, "ceiling": top, "ratio": ratio_of(images_per_s, top),
+            "loss": loss}
+
+
+# ---------------------------------------------------------------------------------------------------- CLI
+
+
+def parser() -> argparse.ArgumentParser:
+    from workbench.loaders import LOADERS
+
+    p = argparse.ArgumentParser(prog="python -m pipelines.train_torch", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--loader", required=True, choices=sorted(LOADERS), help="registered loader")
+    p.add_argument("--dataset", required=True, help="dataset name as ingested")
+    p.add_argument("--decode", choices=DECODERS, default="torch", help="dali (GPU decode when present) or torch")
+    p.add_argument("--steps", type=int, default=50, help="training steps (the first few are warm-up, untimed)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed first steps (default: steps/10, 1..10)")
+    p.add_argument("--batch-size", type=int, default=None, help="default: 128 on a GPU, 32 on a CPU")
+    p.add_argument("--model", default=None, help="tiny or a torchvision model (default: resnet50 GPU, resnet18 CPU)")
+    p.add_argument("--size", type=int, default=None, help="image side (default: 224 GPU, 112 CPU)")
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--workers", type=int, default=2, help="torch decode: DataLoader worker processes")
+    p.add_argument("--dali-threads", type=int, default=2, help="dali decode: CPU threads of the pipeline")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU training)")
+    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda when present)")
+    p.add_argument("--no-amp", action="store_true", help="float32 even on a GPU")
+    p.add_argument("--split", default="train")
+    p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="loader setting, repeatable (concurrency=32, via_proxy=true, shuffle_buffer=500...)")
+    p.add_argument("--results-dir", default=None, help="also write a results row (json + csv) here")
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parser().parse_args(argv)
+    return train(args.loader, args.dataset, steps=args.steps, decode=args.decode, batch_size=args.batch_size,
+                 model=args.model, size=args.size, num_classes=args.num_classes, workers=args.workers,
+                 device=args.device, amp=False if args.no_amp else None, threads=args.threads,
+                 dali_threads=args.dali_threads, warmup=args.warmup, results_dir=args.results_dir,
+                 split=args.split, **loader_options(args.option))
+
+
+if __name__ == "__main__":
+    run_cli(main, sys.argv[1:])

@@ -39,7 +39,8 @@ EPOCHS_AHEAD = 16  # distinct shuffled epochs chained before the dataset repeats
 
 def configure_threads(threads: int | None) -> None:
     """Bound TensorFlow's thread pools (call before TensorFlow runs anything)."""
-    import tensorflow as tf
+    from workbench.tf_import import tensorflow
+    tf = tensorflow()
 
     if threads:
         try:
@@ -50,7 +51,8 @@ def configure_threads(threads: int | None) -> None:
 
 
 def tf_gpu() -> bool:
-    import tensorflow as tf
+    from workbench.tf_import import tensorflow
+    tf = tensorflow()
 
     return bool(tf.config.list_physical_devices("GPU"))
 
@@ -86,7 +88,8 @@ def compile_model(model, lr: float = 0.01):
 
 def elements(source: str, dataset: str, settings, split: str = "train", **config: Any):
     """A tf.data.Dataset of {'data': encoded string, 'label': int64}, EPOCHS_AHEAD epochs then repeating."""
-    import tensorflow as tf
+    from workbench.tf_import import tensorflow
+    tf = tensorflow()
 
     if source == IGNITE_DATASET:
         from workbench import catalog
@@ -122,7 +125,8 @@ def elements(source: str, dataset: str, settings, split: str = "train", **config
 def input_pipeline(source: str, dataset: str, settings, batch_size: int, size: int, split: str = "train",
                    **config: Any):
     """(float32 NHWC images in [-1, 1], int64 labels) batches: decode_images in parallel, prefetched."""
-    import tensorflow as tf
+    from workbench.tf_import import tensorflow
+    tf = tensorflow()
 
     from workbench.adapters.tf import decode_images
 
@@ -159,7 +163,9 @@ def train(source: str, dataset: str, settings=None, steps: int = 20, batch_size:
     """``model.fit`` for `steps` steps from `source`; returns the report row (images_per_s, ceiling, ratio, loss)."""
     configure_threads(threads)
     import keras
-    import tensorflow as tf
+
+    from workbench.tf_import import tensorflow
+    tf = tensorflow()
 
     if settings is None:
         from workbench.config import Settings

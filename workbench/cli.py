@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from workbench.chaos import chaos_command
 from workbench.config import Settings, ensure_credentials, get_settings
 from workbench.errors import WorkbenchError
 
@@ -256,6 +257,9 @@ def report_command(results_dir: Annotated[Path, typer.Argument(help="a sweep's r
     from workbench.report import build_report
 
     console.print(f"report: {build_report(results_dir)}")
+
+
+app.command("chaos")(chaos_command)
 
 
 def main() -> None:

@@ -267,7 +267,8 @@ def test_latency_is_hidden_by_batches_in_flight(stack, data):
 
 
 def test_ignite_dataset_yields_every_object_as_nested_tensors(stack, data):
-    import tensorflow as tf
+    from workbench.tf_import import tensorflow
+    tf = tensorflow()
 
     ds = IgniteDataset(data.cache, settings=stack, page_size=50)
     spec = ds.element_spec
@@ -288,7 +289,8 @@ def test_ignite_dataset_yields_every_object_as_nested_tensors(stack, data):
 
 def test_ignite_dataset_structured_objects(stack, unique):
     """The article's IMAGES cache: nested binary objects -> nested dicts, int arrays -> 1-D tensors."""
-    import tensorflow as tf
+    from workbench.tf_import import tensorflow
+    tf = tensorflow()
     from pyignite import GenericObjectMeta
     from pyignite.datatypes import IntArrayObject, IntObject, String
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-import tensorflow as tf
-
 from workbench.config import Settings
 from workbench.loaders import loader_class, make_loader
+from workbench.tf_import import tensorflow
+
+tf = tensorflow()
 
 
 def tf_dataset(loader: str, settings: Settings, **config: Any) -> tf.data.Dataset:

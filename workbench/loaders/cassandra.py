@@ -22,7 +22,7 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.inflight import in_flight
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
+from workbench.loaders.retry import RETRIES, RetryPolicy, is_transient, policy_of
 
 if TYPE_CHECKING:
     from cassandra.cluster import Cluster, Session
@@ -71,6 +72,8 @@ class CassandraConfig(LoaderConfig):
     ssl_own_key: str | None = Field(None, description="client private key (PEM)")
     ssl_own_key_pass: SecretStr | None = Field(None, description="password of the client private key")
     io_threads: int = Field(2, ge=1, le=32, description="connections per host (one driver session each)")
+    retries: int = Field(RETRIES, ge=0, le=1000, description="re-tries of a row read after a transient failure")
+    retry_budget_s: float = Field(30.0, ge=0, description="time limit of one row read and its re-tries")
 
     @field_validator("cassandra_ips")
     @classmethod
@@ -238,7 +241,7 @@ def make_cluster(settings: Settings, config: CassandraConfig, executor_threads: 
     """A driver cluster with every timeout bounded by settings.timeout_s (as `workbench.clients`)."""
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-    from cassandra.policies import RoundRobinPolicy
+    from cassandra.policies import ConstantReconnectionPolicy, RoundRobinPolicy
     from cassandra.query import tuple_factory
 
     username, password = config.username, config.password
@@ -250,6 +253,9 @@ def make_cluster(settings: Settings, config: CassandraConfig, executor_threads: 
         hosts, port=port, auth_provider=auth, ssl_context=ssl_context(config), protocol_version=PROTOCOL_VERSION,
         connect_timeout=settings.timeout_s, control_connection_timeout=settings.timeout_s,
         executor_threads=executor_threads,
+        # A restarted server (or a reset connection) is found again within a second, not after the
+        # default exponential policy's minutes: reads re-tried meanwhile (RetryPolicy) then succeed.
+        reconnection_policy=ConstantReconnectionPolicy(0.5, max_attempts=None),
         # Reading rows needs neither the schema of every keyspace nor the token ring: faster connects.
         schema_metadata_enabled=False, token_metadata_enabled=False,
         execution_profiles={EXEC_PROFILE_DEFAULT: ExecutionProfile(
@@ -343,10 +349,12 @@ class CassandraLoader(Loader):
         self._layout: Layout | None = None
         self._ids: dict[tuple[str, str], list[str]] = {}  # (keyspace, split) -> sorted ids, read once
         self._producers: set[tuple[threading.Thread, threading.Event]] = set()
+        self._retry_pool: ThreadPoolExecutor | None = None  # blocking re-reads, off the driver's event loop
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        for name in ("_lock", "_connect_lock", "_cluster", "_sessions", "_layout", "_ids", "_producers"):
+        for name in ("_lock", "_connect_lock", "_cluster", "_sessions", "_layout", "_ids", "_producers",
+                     "_retry_pool"):
             state.pop(name, None)
         return state
 
@@ -378,11 +386,21 @@ class CassandraLoader(Loader):
         """source_uuids, or every id of the split (read once per loader)."""
         if self.config.source_uuids is not None:
             return list(self.config.source_uuids)
-        layout, sessions = self._connect()
+        layout, _ = self._connect_retrying()
         key = (layout.keyspace, self.config.split)
         if key not in self._ids:
-            self._ids[key] = list_ids(sessions[0][0], layout)
+            self._ids[key] = policy_of(self.config).call(lambda: list_ids(self._connect()[1][0][0], layout),
+                                                         f"listing the ids of {layout.ids_table}")
         return self._ids[key]
+
+    def _connect_retrying(self) -> tuple[Layout, list[tuple[Session, PreparedStatement]]]:
+        return policy_of(self.config).call(self._connect, "connecting to Cassandra")
+
+    def _retrier(self) -> ThreadPoolExecutor:
+        with self._connect_lock:
+            if self._retry_pool is None:
+                self._retry_pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="cassandra-retry")
+            return self._retry_pool
 
     def shard_ids(self, epoch: int) -> list[str]:
         c = self.config
@@ -396,9 +414,29 @@ class CassandraLoader(Loader):
         where = f"{hosts[0]}:{port}" if len(hosts) == 1 else f"{', '.join(hosts)} (port {port})"
         round_robin = itertools.cycle(sessions)
         with_label = layout.label_col is not None
+        policy = policy_of(self.config)
+        retrier = self._retrier()
+        cluster = self._cluster
+        again = itertools.cycle(sessions)
+
+        def read_again(key: str) -> list:
+            """One blocking re-read of `key`: the sessions survive a lost server, the driver reconnects them."""
+            if self._cluster is not cluster:
+                raise WorkbenchError(f"the Cassandra loader was closed while re-reading sample {key}")
+            session, statement = next(again)
+            return list(session.execute(statement, (uuid.UUID(key),)))
 
         def submit(key: str) -> Future[Item]:
             future: Future[Item] = Future()
+
+            def retry(first: BaseException) -> None:
+                try:
+                    rows = policy.call(lambda: read_again(key), f"reading sample {key} from {layout.name} at {where}",
+                                       first_error=first)
+                except BaseException as exc:  # handed to the waiting consumer
+                    failed(exc, retried=True)
+                else:
+                    done(rows)
 
             def done(rows: list) -> None:
                 if future.cancelled():
@@ -417,7 +455,19 @@ class CassandraLoader(Loader):
                     else:
                         future.set_result(outcome)
 
-            def failed(exc: BaseException) -> None:
+            def failed(exc: BaseException, retried: bool = False) -> None:
+                if future.cancelled():
+                    return
+                if not retried and is_transient(exc):  # same key again, off the driver's I/O thread
+                    try:
+                        retrier.submit(retry, exc)
+                        return
+                    except RuntimeError:  # the loader is closing: report the original failure
+                        pass
+                if isinstance(exc, WorkbenchError):  # "gave up on ..." from the policy: already clear
+                    with contextlib.suppress(InvalidStateError):
+                        future.set_exception(exc)
+                    return
                 error = WorkbenchError(f"reading sample {key} from {layout.name} at {where} failed: "
                                        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
                 error.__cause__ = exc
@@ -435,7 +485,7 @@ class CassandraLoader(Loader):
         keys = self.shard_ids(epoch)
         if not keys:
             return
-        layout, sessions = self._connect()
+        layout, sessions = self._connect_retrying()
         submit = self._submitter(layout, sessions)
         batches: queue.Queue = queue.Queue(maxsize=c.prefetch_buffers)
         stop = threading.Event()
@@ -452,8 +502,9 @@ class CassandraLoader(Loader):
         def produce() -> None:
             try:
                 batch: list[Item] = []
-                # The driver times out every request itself; this is only a safety net.
-                reads = in_flight(keys, submit, c.concurrency, c.ordered, timeout_s=2 * self.settings.timeout_s)
+                # The driver times out every request itself (and RetryPolicy bounds the re-tries); a safety net.
+                safety_s = 2 * self.settings.timeout_s + c.retry_budget_s + RetryPolicy().max_s
+                reads = in_flight(keys, submit, c.concurrency, c.ordered, timeout_s=safety_s)
                 with contextlib.closing(reads):
                     for _, item in reads:
                         batch.append(item)
@@ -496,6 +547,9 @@ class CassandraLoader(Loader):
         self._producers.clear()
         with self._connect_lock:
             cluster, self._cluster, self._sessions = self._cluster, None, []
+            retry_pool, self._retry_pool = self._retry_pool, None
+        if retry_pool is not None:
+            retry_pool.shutdown(wait=False, cancel_futures=True)
         if cluster is not None:
             cluster.shutdown()
 

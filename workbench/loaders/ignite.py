@@ -56,6 +56,7 @@ from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.inflight import in_flight
 from workbench.loaders.order import effective_shard, epoch_order, shuffle_buffer, take_shard
+from workbench.loaders.retry import RETRIES, is_transient, policy_of
 
 if TYPE_CHECKING:
     from pyignite import Client
@@ -290,6 +291,8 @@ class IgniteLoaderConfig(LoaderConfig):
     certfile: str | None = Field(None, description="client certificate (PEM): connect with SSL")
     keyfile: str | None = Field(None, description="client private key (PEM): connect with SSL")
     cert_password: SecretStr | None = Field(None, description="password of the private key")
+    retries: int = Field(RETRIES, ge=0, le=1000, description="re-tries of a get_all batch after a transient failure")
+    retry_budget_s: float = Field(30.0, ge=0, description="time limit of one get_all batch and its re-tries")
 
 
 class IgniteLoader(Loader):
@@ -351,8 +354,10 @@ class IgniteLoader(Loader):
         """Ids of this split, sorted (every rank must start from the same list); read once per loader."""
         if self._keys is None:
             clients, _ = self._ensure_pool()
-            self._keys = list_split_keys(clients.get(), self.endpoint.where, self.layout, self.cache_name,
-                                         self.config.split)
+            self._keys = policy_of(self.config).call(
+                lambda: list_split_keys(clients.get(), self.endpoint.where, self.layout, self.cache_name,
+                                        self.config.split),
+                f"listing the ids of Ignite cache {self.cache_name}", on_retry=lambda _: clients.discard())
         return self._keys
 
     def partitions(self) -> int:
@@ -383,16 +388,25 @@ class IgniteLoader(Loader):
                                   c.concurrency, c.ordered):
             yield from items
 
-    def _get_batch(self, keys: list[str]) -> list[Item]:
+    def _get_all(self, keys: list[str]) -> dict:
+        """One get_all on this thread's client; a broken connection is dropped, so a retry reconnects."""
         assert self._clients is not None
         try:
-            values = self._clients.get().get_cache(self.cache_name).get_all(keys)
+            return self._clients.get().get_cache(self.cache_name).get_all(keys)
         except _ignite_errors() as exc:
             self._clients.discard()
+            if is_transient(exc) or isinstance(exc, OSError | EOFError):  # pyignite: OSError("Connection broken.")
+                # RetryPolicy re-submits the same keys on a new connection
+                raise ConnectionError(f"Ignite connection lost: {type(exc).__name__}: {_first_line(exc)}") from exc
             raise WorkbenchError(
                 f"get_all of {len(keys)} keys from Ignite cache {self.cache_name} at {self.endpoint.where} failed: "
                 f"{type(exc).__name__}: {_first_line(exc)}"
             ) from exc
+
+    def _get_batch(self, keys: list[str]) -> list[Item]:
+        values = policy_of(self.config).call(
+            lambda: self._get_all(keys),
+            f"get_all of {len(keys)} keys from Ignite cache {self.cache_name} at {self.endpoint.where}")
         items = []
         for key in keys:
             if key not in values:
@@ -546,7 +560,8 @@ class Node:
     fields: dict[str, Node] | None = None
 
     def spec(self):
-        import tensorflow as tf
+        from workbench.tf_import import tensorflow
+        tf = tensorflow()
 
         if self.fields is not None:
             return {name: child.spec() for name, child in self.fields.items()}
@@ -723,7 +738,8 @@ def IgniteDataset(cache_name: str, host: str | None = None, port: int | None = N
     environment override host, port and part (the article's per-node override). Every iteration is a
     new scan; unreachable servers and empty caches fail here with a WorkbenchError.
     """
-    import tensorflow as tf
+    from workbench.tf_import import tensorflow
+    tf = tensorflow()
 
     source = dataset_source(cache_name, host, port, local, part, page_size, username, password, certfile,
                             keyfile, cert_password, settings)

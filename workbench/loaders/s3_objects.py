@@ -36,6 +36,7 @@ from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.inflight import in_flight
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
+from workbench.loaders.retry import RETRIES, policy_of
 from workbench.loaders.s3_shards import locate_prefix
 
 Entry = tuple[str, str | None]  # (key relative to <prefix>/<split>/, manifest label field or None)
@@ -44,6 +45,8 @@ Entry = tuple[str, str | None]  # (key relative to <prefix>/<split>/, manifest l
 class S3ObjectsConfig(LoaderConfig):
     bucket: str | None = Field(None, description="bucket (default: the catalog's, else settings.s3_bucket)")
     prefix: str | None = Field(None, description="key prefix of the dataset (default: the catalog's)")
+    retries: int = Field(RETRIES, ge=0, le=1000, description="re-tries of a GET after a transient failure")
+    retry_budget_s: float = Field(30.0, ge=0, description="time limit of one GET and its re-tries")
 
 
 # ------------------------------------------------------------------------------------------- manifest
@@ -117,13 +120,20 @@ class S3ObjectsLoader(Loader):
     def entries(self) -> list[Entry]:
         """The split's manifest lines (one GET, cached for the loader's life), in manifest order."""
         if self._entries is None:
-            self._entries = read_manifest(self.store, self.config.split, self.config.dataset)
+            self._entries = policy_of(self.config).call(
+                lambda: read_manifest(self.store, self.config.split, self.config.dataset),
+                f"reading the manifest of {self.store.where}/{self.config.split}")
         return self._entries
 
     def my_entries(self, epoch: int) -> list[Entry]:
         c = self.config
         order = epoch_order(self.entries(), c.seed, epoch, c.shuffle)
         return take_shard(order, *effective_shard(c.shard_id, c.num_shards, self.worker_id, self.num_workers))
+
+    def fetch_retrying(self, entry: Entry) -> Item:
+        """`fetch`, re-tried on transient failures (same object, so each sample is still delivered once)."""
+        return policy_of(self.config).call(lambda: self.fetch(entry),
+                                           f"GET {self.store.where}/{self.config.split}/{entry[0]}")
 
     def fetch(self, entry: Entry) -> Item:
         """GET one object (and its label sidecar for blob labels) as an Item keyed by its sample id."""
@@ -179,7 +189,7 @@ class S3ObjectsLoader(Loader):
         if not mine:
             return
         pool = self._executor()
-        results = in_flight(mine, lambda e: pool.submit(self.fetch, e), self.config.concurrency,
+        results = in_flight(mine, lambda e: pool.submit(self.fetch_retrying, e), self.config.concurrency,
                             ordered=self.config.ordered)
         try:
             for _, item in results:
@@ -201,7 +211,7 @@ class S3NaiveLoader(S3ObjectsLoader):
 
     def iter_epoch(self, epoch: int) -> Iterator[Item]:
         for entry in self.my_entries(epoch):
-            yield self.fetch(entry)
+            yield self.fetch_retrying(entry)
 
 
 def read_manifest(store: S3Store, split: str, dataset: str = "") -> list[Entry]:

@@ -40,6 +40,7 @@ from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.inflight import in_flight
 from workbench.loaders.order import effective_shard, epoch_order, shuffle_buffer, take_shard
+from workbench.loaders.retry import RETRIES, policy_of
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ class S3ShardsConfig(LoaderConfig):
     parallel_shards: int = Field(4, ge=1, le=64, description="shard GETs in flight ahead of the reader")
     bucket: str | None = Field(None, description="bucket (default: the catalog's, else settings.s3_bucket)")
     prefix: str | None = Field(None, description="key prefix of the dataset (default: the catalog's)")
+    retries: int = Field(RETRIES, ge=0, le=1000, description="re-tries of a shard GET after a transient failure")
+    retry_budget_s: float = Field(30.0, ge=0, description="time limit of one shard GET and its re-tries")
 
 
 def locate_prefix(settings: Settings, backend: str, config: LoaderConfig) -> tuple[str, str]:
@@ -94,7 +97,8 @@ class S3ShardsLoader(Loader):
         if self._index is None:
             split = self.config.split
             try:
-                data, _ = self.store.get(f"{split}/{INDEX}")
+                data, _ = policy_of(self.config).call(lambda: self.store.get(f"{split}/{INDEX}"),
+                                                      f"reading {self.store.where}/{split}/{INDEX}")
             except KeyError:
                 raise WorkbenchError(
                     f"no shard index at {self.store.where}/{split}/{INDEX}: dataset '{self.config.dataset}' split "
@@ -135,6 +139,10 @@ class S3ShardsLoader(Loader):
     def shard_url(self, info: ShardInfo) -> str:
         return f"{self.store.where}/{self.config.split}/{info.name}"
 
+    def fetch_retrying(self, info: ShardInfo) -> list[dict[str, Any]]:
+        """`fetch`, re-tried on transient failures: the whole shard again, so no sample is lost or repeated."""
+        return policy_of(self.config).call(lambda: self.fetch(info), f"GET {self.shard_url(info)}")
+
     def fetch(self, info: ShardInfo) -> list[dict[str, Any]]:
         """GET one shard and parse it into webdataset-style sample dicts (with ``__key__`` and ``__url__``)."""
         url = self.shard_url(info)
@@ -157,7 +165,7 @@ class S3ShardsLoader(Loader):
         if not mine:
             return
         pool = self._executor()
-        fetched = in_flight(mine, lambda info: pool.submit(self.fetch, info), self.config.parallel_shards,
+        fetched = in_flight(mine, lambda info: pool.submit(self.fetch_retrying, info), self.config.parallel_shards,
                             ordered=self.config.ordered)
 
         def stream() -> Iterator[dict[str, Any]]:

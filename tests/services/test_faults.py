@@ -1,0 +1,176 @@
+"""Loaders under faults: dropped connections, a dead path, a crashed server; every sample exactly once or a clear error.
+
+Faults go through toxiproxy (every loader reads with via_proxy=True) and the stack's own process
+control (kill -9, then `up`). Every test restores a clean network and healthy services.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections import Counter
+
+import pytest
+
+from workbench.backends import make_backend
+from workbench.data import SyntheticSource
+from workbench.errors import WorkbenchError
+from workbench.ingest import ingest
+from workbench.loaders import make_loader
+from workbench.net.toxiproxy import Toxiproxy
+from workbench.stack import up
+from workbench.stack.process import ManagedProcess
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+LAYOUTS = {"cassandra": {}, "s3-objects": {}, "s3-shards": {"maxcount": 6}, "ignite": {}}
+PROXY = {"cassandra": "cassandra", "s3-objects": "s3", "s3-shards": "s3", "ignite": "ignite"}
+# Small windows, so requests are still being made while a fault is on.
+SLOW = {
+    "cassandra": {"concurrency": 2, "batch_size": 4, "prefetch_buffers": 1},
+    "s3-objects": {"concurrency": 2},
+    "s3-shards": {"parallel_shards": 1, "shuffle_buffer": 0},
+    "ignite": {"concurrency": 1, "get_batch": 4},
+}
+LOADERS = list(LAYOUTS)
+
+
+@pytest.fixture(scope="module")
+def dataset(stack):
+    """60 small synthetic JPEGs in every backend the hardened loaders read."""
+    name = f"faults_{uuid.uuid4().hex[:8]}"
+    source = SyntheticSource(60, mean_kb=8, seed=23)
+    backends = [make_backend(b, stack, name, **opts) for b, opts in LAYOUTS.items()]
+    for backend in backends:
+        ingest(source, backend, progress=False)
+    yield name, Counter(str(s.id) for s in source)
+    for backend in backends:
+        backend.drop()
+
+
+@pytest.fixture
+def toxi(stack):
+    proxy = Toxiproxy(stack)
+    proxy.reset()
+    try:
+        yield proxy
+    finally:
+        proxy.reset()
+
+
+def consume(loader, on_item=None, pause_s: float = 0.02) -> Counter:
+    keys: Counter = Counter()
+    for n, item in enumerate(loader, start=1):
+        keys[item.key] += 1
+        if on_item is not None:
+            on_item(n)
+        time.sleep(pause_s)  # a slow consumer: the epoch lasts long enough for the fault to hit
+    return keys
+
+
+@pytest.mark.parametrize("name", LOADERS)
+def test_reset_peer_mid_epoch_delivers_exactly_once(stack, dataset, toxi, name):
+    dataset_name, expected = dataset
+    proxy = PROXY[name]
+    fired: list[threading.Thread] = []
+
+    def fault() -> None:
+        toxi.add_toxic(proxy, "reset_peer", {"timeout": 0}, "downstream", name="chaos_reset")
+        time.sleep(0.5)
+        with contextlib.suppress(WorkbenchError):  # already gone if the test ended first (reset)
+            toxi.remove_toxic(proxy, "chaos_reset")
+
+    def on_item(n: int) -> None:
+        if n == 5:
+            timer = threading.Timer(0, fault)
+            timer.start()
+            fired.append(timer)
+
+    try:
+        with make_loader(name, stack, dataset=dataset_name, via_proxy=True, **SLOW[name]) as loader:
+            keys = consume(loader, on_item)
+    finally:
+        for timer in fired:
+            timer.join(10)
+    assert fired, "the fault was never injected"
+    assert keys == expected, f"lost {sum((expected - keys).values())}, duplicated {sum((keys - expected).values())}"
+
+
+@pytest.mark.parametrize("name", LOADERS)
+def test_dead_path_gives_up_within_the_budget(stack, dataset, toxi, name):
+    dataset_name, _ = dataset
+    with make_loader(name, stack, dataset=dataset_name, via_proxy=True, retry_budget_s=2, **SLOW[name]) as loader:
+        items = iter(loader)
+        for _ in range(3):
+            next(items)
+        toxi.set_enabled(PROXY[name], False)
+        start = time.monotonic()
+        with pytest.raises(WorkbenchError, match="gave up"):
+            for _ in items:
+                pass
+        elapsed = time.monotonic() - start
+    assert elapsed < 20, f"{name} took {elapsed:.1f} s to give up"
+
+
+def test_minio_crash_mid_epoch_delivers_exactly_once(stack, dataset, toxi):
+    dataset_name, expected = dataset
+    minio = ManagedProcess("minio", stack.state_dir / "run")
+    restarted: list[threading.Thread] = []
+
+    def crash() -> None:
+        minio.kill()
+        up(stack, ["minio"])
+
+    def on_item(n: int) -> None:
+        if n == 5:
+            thread = threading.Thread(target=crash)
+            thread.start()
+            restarted.append(thread)
+
+    try:
+        with make_loader("s3-objects", stack, dataset=dataset_name, via_proxy=True, concurrency=2) as loader:
+            keys = consume(loader, on_item, pause_s=0.05)
+        for thread in restarted:
+            thread.join(60)
+    finally:
+        rows = up(stack, ["minio"])
+    assert restarted, "MinIO was never killed"
+    assert all(r.healthy for r in rows)
+    assert keys == expected, f"lost {sum((expected - keys).values())}, duplicated {sum((keys - expected).values())}"
+
+
+def test_cassandra_crash_mid_epoch_delivers_exactly_once(stack, dataset, toxi):
+    """kill -9 of Cassandra mid-epoch: the driver's sessions reconnect after `up`, re-tried reads finish the epoch.
+
+    A restart takes ~15 s here (up to ~60 s on a cold machine): the loader's budget (90 s) outlasts it.
+    """
+    dataset_name, expected = dataset
+    cassandra = ManagedProcess("cassandra", stack.state_dir / "run")
+    restarted: list[threading.Thread] = []
+
+    def crash() -> None:
+        cassandra.kill()
+        up(stack, ["cassandra"])
+
+    def on_item(n: int) -> None:
+        if n == 5:
+            thread = threading.Thread(target=crash)
+            thread.start()
+            restarted.append(thread)
+
+    start = time.monotonic()
+    try:
+        with make_loader("cassandra", stack, dataset=dataset_name, via_proxy=True, retries=1000, retry_budget_s=90,
+                         **SLOW["cassandra"]) as loader:
+            keys = consume(loader, on_item)
+        for thread in restarted:
+            thread.join(120)
+    finally:
+        rows = up(stack, ["cassandra"])
+    elapsed = time.monotonic() - start
+    assert restarted, "Cassandra was never killed"
+    assert all(r.healthy for r in rows)
+    assert keys == expected, f"lost {sum((expected - keys).values())}, duplicated {sum((keys - expected).values())}"
+    assert elapsed < 90, f"the epoch across a Cassandra restart took {elapsed:.0f} s"

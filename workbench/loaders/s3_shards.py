@@ -40,7 +40,7 @@ from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.inflight import in_flight
 from workbench.loaders.order import effective_shard, epoch_order, shuffle_buffer, take_shard
-from workbench.loaders.retry import RETRIES, policy_of
+from workbench.loaders.retry import RETRIES, RetryPolicy, policy_of
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,22 @@ def locate_prefix(settings: Settings, backend: str, config: LoaderConfig) -> tup
     return bucket, prefix.strip("/")
 
 
+def read_split_index(store: S3Store, split: str, dataset: str, policy: RetryPolicy | None = None) -> list[ShardInfo]:
+    """A split's shard index from the s3-shards layout, with errors that say what to do."""
+    where = f"{store.where}/{split}/{INDEX}"
+    try:
+        data, _ = (policy or RetryPolicy(attempts=1)).call(lambda: store.get(f"{split}/{INDEX}"), f"reading {where}")
+    except KeyError:
+        raise WorkbenchError(
+            f"no shard index at {where}: dataset '{dataset}' split '{split}' was not ingested into s3-shards there "
+            "(`workbench ingest --backend s3-shards`), or pass bucket/prefix"
+        ) from None
+    try:
+        return read_index(data)
+    except WorkbenchError as exc:
+        raise WorkbenchError(f"{where}: {exc}") from None
+
+
 class S3ShardsLoader(Loader):
     """Streams the split's tar shards from S3: shard-level split and order, sample-level shuffle buffer."""
 
@@ -95,20 +111,7 @@ class S3ShardsLoader(Loader):
     def shards(self) -> list[ShardInfo]:
         """The split's shards, from its index (one GET, cached for the loader's life)."""
         if self._index is None:
-            split = self.config.split
-            try:
-                data, _ = policy_of(self.config).call(lambda: self.store.get(f"{split}/{INDEX}"),
-                                                      f"reading {self.store.where}/{split}/{INDEX}")
-            except KeyError:
-                raise WorkbenchError(
-                    f"no shard index at {self.store.where}/{split}/{INDEX}: dataset '{self.config.dataset}' split "
-                    f"'{split}' was not ingested into s3-shards there (`workbench ingest --backend s3-shards`), "
-                    "or pass bucket/prefix"
-                ) from None
-            try:
-                self._index = read_index(data)
-            except WorkbenchError as exc:
-                raise WorkbenchError(f"{self.store.where}/{split}/{INDEX}: {exc}") from None
+            self._index = read_split_index(self.store, self.config.split, self.config.dataset, policy_of(self.config))
         return self._index
 
     def my_shards(self, epoch: int) -> tuple[list[ShardInfo], int]:

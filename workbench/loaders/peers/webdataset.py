@@ -37,14 +37,12 @@ from typing import Any
 from pydantic import Field
 
 from workbench.config import Settings
-from workbench.data import ID_ENTRY, META_ENTRIES, ShardInfo, read_index
+from workbench.data import ID_ENTRY, META_ENTRIES, ShardInfo
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 
-INDEX = "index.json"
 BLOB_LABEL_ENTRIES = ("seg.png", "png", "npy", "lbl")  # as written by workbench.data.shards
-_META = META_ENTRIES
 _QUERY = re.compile(r"\?[^\s'\"\]]*")
 
 
@@ -95,18 +93,9 @@ class WebDatasetPeer(Loader):
 
     def shards(self) -> list[ShardInfo]:
         if self._index is None:
-            split = self.config.split
-            try:
-                data, _ = self.store.get(f"{split}/{INDEX}")
-            except KeyError:
-                raise WorkbenchError(
-                    f"no shard index at {self.store.where}/{split}/{INDEX}: dataset '{self.config.dataset}' split "
-                    f"'{split}' was not ingested into s3-shards there (`workbench ingest --backend s3-shards`)"
-                ) from None
-            try:
-                self._index = read_index(data)
-            except WorkbenchError as exc:
-                raise WorkbenchError(f"{self.store.where}/{split}/{INDEX}: {exc}") from None
+            from workbench.loaders.s3_shards import read_split_index
+
+            self._index = read_split_index(self.store, self.config.split, self.config.dataset)
         return self._index
 
     def urls(self, epoch: int) -> tuple[list[str], int]:
@@ -156,7 +145,7 @@ class WebDatasetPeer(Loader):
             raise WorkbenchError(f"sample {sample.get('__key__')} in {url} has no 'id' entry: not a workbench shard")
         key = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
         entries = [k for k in sample if not k.startswith("__")]
-        image_ext = "jpg" if "jpg" in sample else next((e for e in entries if e not in _META), None)
+        image_ext = "jpg" if "jpg" in sample else next((e for e in entries if e not in META_ENTRIES), None)
         if image_ext is None:
             raise WorkbenchError(f"sample {key} in {url} has no image entry")
         label: int | bytes | None = None

@@ -131,3 +131,18 @@ def test_missing_toolchain_fails_one_service_while_others_start(stack, tmp_path,
         assert down(private) == ["triton"]
     assert {r.service: r.pid for r in status(stack)} == main_pids
     assert all(r.healthy for r in status(stack))
+
+
+def test_check_network_notices_a_reset_behind_our_back(stack):
+    from workbench.errors import WorkbenchError
+
+    toxiproxy = Toxiproxy(stack)
+    toxiproxy.ensure_proxies()
+    try:
+        toxiproxy.set_network("s3", rtt_ms=10, bandwidth_kbps=8000)
+        toxiproxy.check_network("s3", rtt_ms=10, bandwidth_kbps=8000)
+        toxiproxy.set_network("s3")  # what a concurrent test's cleanup would do
+        with pytest.raises(WorkbenchError, match="changed during the measurement"):
+            toxiproxy.check_network("s3", rtt_ms=10, bandwidth_kbps=8000)
+    finally:
+        toxiproxy.set_network("s3")

@@ -103,6 +103,8 @@ def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: f
             else:
                 run = epoch_of(name, settings, config, max_seconds)
             results = [timed(run) for _ in range(repeats)]
+            if PROXY_OF_BACKEND[backend]:
+                toxiproxy.check_network(PROXY_OF_BACKEND[backend], rtt_ms=rtt)
             rates = [s / t for t, s, _ in results]
             mbps = [b / 1e6 / t for t, _, b in results]
             rows.append({

@@ -210,7 +210,11 @@ def run_sweep(
             }
             try:
                 set_network(toxiproxy, point, cfg.network.jitter_ms)
-                row.update(run_point(settings, cfg, point, rep), status="ok", error="")
+                measured = run_point(settings, cfg, point, rep)
+                if PROXY_OF_BACKEND.get(backend):
+                    toxiproxy.check_network(PROXY_OF_BACKEND[backend], point["rtt_ms"], cfg.network.jitter_ms,
+                                            point["bandwidth_mbps"] * 1000)
+                row.update(measured, status="ok", error="")
             except Exception as exc:  # a failing point is recorded and the sweep goes on
                 row.update(
                     status="error",

@@ -90,6 +90,14 @@ class Toxiproxy:
             for stream in ("upstream", "downstream"):
                 self.add_toxic(proxy, "bandwidth", {"rate": max(1, int(bandwidth_kbps / 8))}, stream)
 
+    def check_network(self, proxy: str, rtt_ms: float = 0, jitter_ms: float = 0, bandwidth_kbps: float = 0) -> None:
+        """Raise if the proxy no longer has the toxics `set_network` gave it (someone reset toxiproxy)."""
+        expected = 2 * ((rtt_ms > 0 or jitter_ms > 0) + (bandwidth_kbps > 0))
+        found = len(self._call("GET", f"/proxies/{proxy}/toxics"))
+        if found != expected:
+            raise WorkbenchError(f"network conditions on '{proxy}' changed during the measurement ({found} toxics, "
+                                 f"expected {expected}): another process is using toxiproxy; measure again alone")
+
     @contextmanager
     def network(self, proxy: str, rtt_ms: float = 0, jitter_ms: float = 0,
                 bandwidth_kbps: float = 0) -> Iterator[None]:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from workbench.chaos import chaos_command
+from workbench.inference import inference_app
 from workbench.config import Settings, ensure_credentials, get_settings
 from workbench.errors import WorkbenchError
 
@@ -260,6 +261,7 @@ def report_command(results_dir: Annotated[Path, typer.Argument(help="a sweep's r
 
 
 app.command("chaos")(chaos_command)
+app.add_typer(inference_app, name="inference")
 
 
 def main() -> None:

@@ -71,6 +71,15 @@ def test_named_volumes_declared():
     assert used and used <= declared
 
 
+def test_triton_image_has_what_the_models_import():
+    triton = COMPOSE["services"]["triton"]
+    dockerfile = (ROOT / triton["build"]["dockerfile"]).read_text()
+    assert "tritonserver:24.10" in dockerfile  # Triton 2.51, as in the local stack
+    for package in ("nvidia-dali", "torch", "cassandra-driver"):
+        assert package in dockerfile
+    assert triton["environment"]["WORKBENCH_HOST"] == "cassandra"
+
+
 def test_triton_reserves_gpu():
     devices = COMPOSE["services"]["triton"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["capabilities"] == ["gpu"]

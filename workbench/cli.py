@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from workbench.chaos import chaos_command
-from workbench.inference import inference_app
 from workbench.config import Settings, ensure_credentials, get_settings
 from workbench.errors import WorkbenchError
+from workbench.inference import inference_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 stack_app = typer.Typer(no_args_is_help=True, help="Run the real servers: Cassandra, MinIO, Ignite, Triton, toxiproxy.")

@@ -223,12 +223,18 @@ TRITON = [
 Checks the Triton server the stack runs: its status, its model repository, and the transport, by sending
 `count` JPEG blobs like the ingested ones through the `echo` model (python backend) over HTTP and gRPC.
 
-The inference ensembles (decode, preprocess, model) fed from Cassandra and S3, and their sweeps, arrive with
-the Triton issue; this notebook will grow with them.
+Then it sweeps the inference ensembles fed from storage: `ensemble` (JPEG bytes in, classes out: DALI
+preprocessing and a torch classifier) fed with bytes read by the local-disk loader, against
+`cass_to_inference` (sample UUIDs in: Triton fetches the blobs from Cassandra itself), over client
+concurrency and batch size, and plots throughput and latency. Rows go to `results_dir`.
 """),
     ("code", """
-protocol = "grpc"  # for the status queries: grpc or http
+protocol = "grpc"  # for the status queries and the sweep: grpc or http
 count = 8  # blobs sent through the echo model
+sweep_samples = 32  # inferences per sweep point (0: skip the sweep)
+concurrencies = [1, 4]  # requests in flight
+batch_sizes = [1, 4]  # images per request
+results_dir = "results/triton-inference"
 """, ["parameters"]),
     ("code", SETUP),
     ("code", """
@@ -295,6 +301,54 @@ for name, module in MODULES.items():
                  "batched MB/s": sum(map(len, blobs)) / 1e6 / (batched / 1000)})
 latency = pd.DataFrame(rows).round(2)
 print(latency.to_string(index=False))
+"""),
+    ("code", """
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from workbench.backends import make_backend
+from workbench.environment import describe_environment
+from workbench.inference import sweep_inference
+from workbench.ingest import ingest
+
+concurrencies = [int(c) for c in as_list(concurrencies)]\nbatch_sizes = [int(b) for b in as_list(batch_sizes)]
+frame = pd.DataFrame()
+if sweep_samples:
+    # The same images in Cassandra (the table cass_to_inference reads) and on local disk.
+    dataset = "notebook_triton"
+    source = SyntheticSource(max(sweep_samples, 16), mean_kb=110.0, name=dataset)
+    ingest(source, make_backend("cassandra", settings, dataset, keyspace="workbench_triton"), progress=False)
+    ingest(source, make_backend("fs", settings, dataset), progress=False)
+    runs = [("ensemble", "fs"), ("cass_to_inference", "cassandra")]
+    rows = [row for model, loader in runs
+            for row in sweep_inference(settings, model, loader, dataset, concurrencies, batch_sizes, protocol,
+                                       samples=sweep_samples, results_dir=Path(results_dir) if results_dir else None,
+                                       name=f"{model}-{protocol}")]
+    frame = pd.DataFrame(rows)
+    columns = ["model", "concurrency", "batch_size", "inferences_per_s", "latency_ms_p50", "latency_ms_p95"]
+    print(frame[columns].round(2).to_string(index=False))
+    both = frame.pivot_table(index=["concurrency", "batch_size"], columns="model", values="inferences_per_s")
+    print()
+    print("cass_to_inference / ensemble fed with local bytes:")
+    print((both["cass_to_inference"] / both["ensemble"]).round(2).to_string())
+"""),
+    ("code", """
+if not frame.empty:
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for (model, batch), group in frame.groupby(["model", "batch_size"]):
+        group = group.sort_values("concurrency")
+        left.plot(group.concurrency, group.inferences_per_s, marker="o", label=f"{model}, batch {batch}")
+        right.plot(group.concurrency, group.latency_ms_p95, marker="o", label=f"{model}, batch {batch}")
+    left.set(xlabel="client requests in flight", ylabel="inferences/s", title="Triton throughput")
+    right.set(xlabel="client requests in flight", ylabel="p95 latency (ms)", title="Triton latency")
+    for axis in (left, right):
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    machine = describe_environment()
+    figure.suptitle(f"{protocol}, {sweep_samples} inferences per point; machine: {machine['cpu']} "
+                    f"({machine['cpu_count']} cores), GPUs: {', '.join(machine['gpus']) or 'none'}", fontsize=9)
+    plt.show()
 """),
 ]
 

@@ -139,12 +139,22 @@ def test_02_accepts_papermill_text_parameters(stack, tmp_path: Path):
 
 
 def test_03_triton_inference(stack, tmp_path: Path):
-    nb = run("03-triton-inference", tmp_path / "03.ipynb", count=2)
+    from workbench.backends import make_backend
+
+    try:
+        nb = run("03-triton-inference", tmp_path / "03.ipynb", count=2, sweep_samples=8, concurrencies=[1, 2],
+                 batch_sizes=[2], results_dir=str(tmp_path / "triton"))
+    finally:
+        make_backend("cassandra", stack, "notebook_triton", keyspace="workbench_triton").drop()
+        make_backend("fs", stack, "notebook_triton").drop()
     text = text_of(nb)
     assert "ready True" in text
     assert "echo" in text
     for protocol in ("http", "grpc"):
         assert any(line.strip().startswith(protocol) for line in text.splitlines()), protocol
+    assert "cass_to_inference / ensemble fed with local bytes" in text
+    assert sorted(p.name for p in (tmp_path / "triton").glob("*.csv")) == [
+        "cass_to_inference-grpc.csv", "ensemble-grpc.csv"]
 
 
 def test_04_report(sweep, tmp_path: Path):

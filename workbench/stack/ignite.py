@@ -20,6 +20,16 @@ IGNITE_XML = """\
     <property name="igniteInstanceName" value="workbench"/>
     <property name="workDirectory" value="{data}/work"/>
     <property name="localHost" value="{host}"/>
+    <!-- The health probe's cache is static: it starts with the node, so probing never creates a cache
+         while the node's first partition exchange is still running (that race halted the node). -->
+    <property name="cacheConfiguration">
+      <list>
+        <bean class="org.apache.ignite.configuration.CacheConfiguration">
+          <property name="name" value="{health_cache}"/>
+          <property name="cacheMode" value="REPLICATED"/>
+        </bean>
+      </list>
+    </property>
     <property name="clientConnectorConfiguration">
       <bean class="org.apache.ignite.configuration.ClientConnectorConfiguration">
         <property name="host" value="{host}"/>
@@ -71,13 +81,12 @@ class Ignite(Service):
         ])
 
     def launch(self) -> Launch:
-        # An in-memory node keeps nothing across restarts; stale marshaller/db folders from a crashed
-        # start can make the first partition exchange fail, so every start begins with a clean work dir.
+        # An in-memory node keeps nothing across restarts: every start begins with a clean work dir.
         shutil.rmtree(self.data_dir / "work", ignore_errors=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.data_dir / "ignite.xml"
         config.write_text(IGNITE_XML.format(host=self.settings.host, port=self.settings.ignite_port,
-                                            data=self.data_dir))
+                                            data=self.data_dir, health_cache=self.health_cache))
         props = {
             "IGNITE_HOME": str(self.data_dir),
             "IGNITE_QUIET": "true",
@@ -95,7 +104,7 @@ class Ignite(Service):
 
     def probe(self) -> Health:
         with ignite_client(self.settings) as client:
-            cache = client.get_or_create_cache(self.health_cache)
+            cache = client.get_cache(self.health_cache)  # static (see the XML): never created by a probe
             cache.put("probe", b"ok")
             if cache.get("probe") != b"ok":
                 return Health(False, detail="put/get returned a different value")

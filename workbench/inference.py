@@ -27,6 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -374,6 +375,16 @@ def _summary(point: PointResult) -> dict[str, float]:
     }
 
 
+def _run_coroutine(coroutine):
+    """asyncio.run, also from inside a running event loop (a Jupyter kernel): then on a private loop in a thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def sweep_inference(
     settings: Settings,
     model: str,
@@ -438,7 +449,7 @@ def sweep_inference(
         else:
             batches = _byte_batches(lambda: make_loader(loader_name, settings, dataset=dataset, **options),
                                     batch_size)
-        point = asyncio.run(_run_point(settings, model, proto, batches, concurrency, requests, warm,
+        point = _run_coroutine(_run_point(settings, model, proto, batches, concurrency, requests, warm,
                                        parameters, timeout, via_proxy))
         row = {
             "model": model, "protocol": proto, "loader": loader_name, "dataset": dataset, "split": split,

@@ -64,6 +64,8 @@ class Settings(BaseSettings):
     triton_grpc_port: int = 8001
     triton_metrics_port: int = 8002
     triton_model_repository: Path = Path("triton_models")
+    triton_cassandra_table: str = Field("workbench_triton.data_train",
+                                        description="keyspace.table the cassandra_fetch model reads by default")
 
     toxiproxy_port: int = 8474
     proxy_cassandra_port: int = 19042

@@ -62,15 +62,7 @@ class Triton(Service):
         env["WORKBENCH_HOST"] = s.host
         env["WORKBENCH_CASSANDRA_PORT"] = str(s.cassandra_port)
         env["WORKBENCH_TIMEOUT_S"] = str(s.timeout_s)
-        # The table it reads by default: Settings has no field for it, so the environment, else .env.
-        if not env.get("WORKBENCH_TRITON_CASSANDRA_TABLE"):
-            from dotenv import dotenv_values
-
-            from workbench.config import ENV_FILE
-
-            dotenv = dotenv_values(ENV_FILE) if ENV_FILE.is_file() else {}
-            env["WORKBENCH_TRITON_CASSANDRA_TABLE"] = (dotenv.get("WORKBENCH_TRITON_CASSANDRA_TABLE")
-                                                       or "workbench_triton.data_train")
+        env["WORKBENCH_TRITON_CASSANDRA_TABLE"] = s.triton_cassandra_table
         if s.cassandra_username and s.cassandra_password:
             env["WORKBENCH_CASSANDRA_USERNAME"] = s.cassandra_username
             env["WORKBENCH_CASSANDRA_PASSWORD"] = s.cassandra_password.get_secret_value()

@@ -28,6 +28,7 @@ def cassandra_cluster(settings: Settings, via_proxy: bool = False, **options) ->
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import RoundRobinPolicy
 
+    settings.check_credentials()
     auth = None
     if settings.cassandra_username and settings.cassandra_password:
         auth = PlainTextAuthProvider(settings.cassandra_username, settings.cassandra_password.get_secret_value())
@@ -63,6 +64,7 @@ def s3_client(settings: Settings, via_proxy: bool = False, max_pool_connections:
     import boto3
     from botocore.config import Config
 
+    settings.check_credentials()
     access, secret = settings.s3_credentials()
     return boto3.client(
         "s3", endpoint_url=settings.s3_endpoint(via_proxy), aws_access_key_id=access,
@@ -80,6 +82,7 @@ def ignite_client(settings: Settings, via_proxy: bool = False) -> Iterator[Ignit
     from pyignite import Client
     from pyignite.exceptions import ReconnectError
 
+    settings.check_credentials()
     kwargs = {}
     if settings.ignite_username and settings.ignite_password:
         kwargs = {"username": settings.ignite_username, "password": settings.ignite_password.get_secret_value()}

@@ -28,6 +28,14 @@ PROXIED = {
 }
 
 
+# Each server's well-known out-of-the-box login: refused unless Settings.dev_mode is set.
+DEFAULT_CREDENTIALS = {
+    "cassandra": ("cassandra", "cassandra"),
+    "s3": ("minioadmin", "minioadmin"),
+    "ignite": ("ignite", "ignite"),
+}
+
+
 class Settings(BaseSettings):
     """Where the services are and how to reach them."""
 
@@ -43,8 +51,15 @@ class Settings(BaseSettings):
     )
     host: str = Field("127.0.0.1", description="address every service binds to and clients connect to")
     timeout_s: float = Field(10.0, gt=0, description="connect/request timeout of every network call")
+    dev_mode: bool = Field(False, description="allow the servers' well-known default credentials (never on a shared "
+                                              "host); without it they are refused")
+    tls: bool = Field(False, description="servers speak TLS and clients verify them against tls_ca_file")
+    tls_dir: Path | None = Field(None, description="certificates of the local stack (default: <state_dir>/tls)")
+    tls_ca_file: Path | None = Field(None, description="CA bundle clients trust (default: <tls_dir>/ca.crt)")
 
     cassandra_port: int = 9042
+    cassandra_storage_port: int = 7000
+    cassandra_jmx_port: int = 7199
     cassandra_username: str | None = None
     cassandra_password: SecretStr | None = None
     cassandra_keyspace: str = "workbench"
@@ -57,6 +72,8 @@ class Settings(BaseSettings):
     s3_bucket: str = "workbench"
 
     ignite_port: int = 10800
+    ignite_discovery_port: int = 47500
+    ignite_communication_port: int = 47100
     ignite_username: str | None = None
     ignite_password: SecretStr | None = None
 
@@ -96,23 +113,78 @@ class Settings(BaseSettings):
     def secrets(self) -> list[str]:
         """Every configured secret value, so outputs can be scanned for leaks."""
         fields = (self.cassandra_password, self.s3_access_key, self.s3_secret_key, self.ignite_password)
-        return [f.get_secret_value() for f in fields if f is not None]
+        values = [f.get_secret_value() for f in fields if f is not None]
+        keystore_password = self.certificates_dir() / "keystore.pass"
+        if keystore_password.exists():
+            values.append(keystore_password.read_text().strip())
+        return values
+
+    def certificates_dir(self) -> Path:
+        return self.tls_dir or self.state_dir / "tls"
+
+    def ca_file(self) -> Path:
+        """The CA bundle clients verify servers with; a clear error when TLS is on but it is missing."""
+        path = self.tls_ca_file or self.certificates_dir() / "ca.crt"
+        if not path.is_file():
+            raise WorkbenchError(
+                f"TLS is on but the CA file {path} does not exist: run `workbench stack up` (it generates one) "
+                "or set WORKBENCH_TLS_CA_FILE"
+            )
+        return path
+
+    def check_credentials(self) -> None:
+        """Refuse a server's well-known default credentials unless dev_mode is asked for explicitly."""
+        if self.dev_mode:
+            return
+        configured = {
+            "cassandra": (self.cassandra_username, self.cassandra_password),
+            "s3": (self.s3_access_key, self.s3_secret_key),
+            "ignite": (self.ignite_username, self.ignite_password),
+        }
+        for service, (user, secret) in configured.items():
+            user_value = user.get_secret_value() if isinstance(user, SecretStr) else user
+            if secret is not None and (user_value, secret.get_secret_value()) == DEFAULT_CREDENTIALS[service]:
+                raise WorkbenchError(
+                    f"{service} is configured with its well-known default credentials ('{user_value}'): "
+                    "run `workbench init` for generated ones, or set WORKBENCH_DEV_MODE=1 on a private machine"
+                )
+
+
+def generated_credentials() -> dict[str, str]:
+    """Fresh random logins for every service (user names are not secret, passwords are)."""
+    return {
+        "WORKBENCH_S3_ACCESS_KEY": f"wb-{secrets.token_hex(6)}",
+        "WORKBENCH_S3_SECRET_KEY": secrets.token_urlsafe(24),
+        "WORKBENCH_CASSANDRA_USERNAME": "workbench",
+        "WORKBENCH_CASSANDRA_PASSWORD": secrets.token_urlsafe(24),
+        "WORKBENCH_IGNITE_USERNAME": "workbench",
+        "WORKBENCH_IGNITE_PASSWORD": secrets.token_urlsafe(24),
+    }
 
 
 def ensure_credentials(env_file: Path = ENV_FILE) -> bool:
-    """Write generated S3 root credentials to `env_file` (mode 600) if none are configured yet.
+    """Write generated credentials to `env_file` (mode 600) for every service that has none yet.
 
-    Why: the local stack must never start with well-known default keys, and the values must live
+    Why: the local stack must never start with well-known default logins, and the values must live
     outside the code, where docker compose finds them too. Returns True when it wrote new ones.
     """
-    current = Settings()
-    if current.s3_access_key is not None and current.s3_secret_key is not None:
+    current = Settings(_env_file=env_file)
+    configured = {
+        "WORKBENCH_S3_ACCESS_KEY": current.s3_access_key, "WORKBENCH_S3_SECRET_KEY": current.s3_secret_key,
+        "WORKBENCH_CASSANDRA_USERNAME": current.cassandra_username,
+        "WORKBENCH_CASSANDRA_PASSWORD": current.cassandra_password,
+        "WORKBENCH_IGNITE_USERNAME": current.ignite_username, "WORKBENCH_IGNITE_PASSWORD": current.ignite_password,
+    }
+    pairs = [("WORKBENCH_S3_ACCESS_KEY", "WORKBENCH_S3_SECRET_KEY"),
+             ("WORKBENCH_CASSANDRA_USERNAME", "WORKBENCH_CASSANDRA_PASSWORD"),
+             ("WORKBENCH_IGNITE_USERNAME", "WORKBENCH_IGNITE_PASSWORD")]
+    fresh = generated_credentials()
+    missing = [name for pair in pairs if any(configured[n] is None for n in pair) for name in pair]
+    if not missing:
         return False
     lines = env_file.read_text().splitlines() if env_file.exists() else []
-    lines += [
-        f"WORKBENCH_S3_ACCESS_KEY=wb-{secrets.token_hex(6)}",
-        f"WORKBENCH_S3_SECRET_KEY={secrets.token_urlsafe(24)}",
-    ]
+    lines = [line for line in lines if line.split("=", 1)[0] not in missing]
+    lines += [f"{name}={fresh[name]}" for name in missing]
     env_file.touch(exist_ok=True)
     env_file.chmod(0o600)
     env_file.write_text("\n".join(lines) + "\n")

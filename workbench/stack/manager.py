@@ -15,6 +15,7 @@ from workbench.errors import WorkbenchError
 from workbench.stack.process import ManagedProcess
 from workbench.stack.registry import SERVICES
 from workbench.stack.service import Health, Service
+from workbench.stack.tls import ensure_certificates
 
 
 @dataclass
@@ -72,8 +73,11 @@ def up(settings: Settings, names: list[str] | None = None) -> list[ServiceStatus
     """Provision and start the selected services, wait until healthy, and return their status."""
     if settings.stack != "local":
         raise WorkbenchError(f"stack mode is '{settings.stack}': the CLI only manages services with --stack local")
+    settings.check_credentials()
     services = select(settings, names)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
+    if settings.tls:
+        ensure_certificates(settings)
     errors = provision(settings, names)
     started: list[Service] = []
     failed: dict[str, str] = {name: err for name, err in errors.items() if err}

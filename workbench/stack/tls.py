@@ -1,0 +1,144 @@
+"""TLS material for the local stack: one private CA and one server certificate for the stack's host.
+
+Why generated here: the servers run as local processes (or in compose) and need a certificate that
+clients can verify, without a public CA and without committing keys. Everything lands in
+`Settings.certificates_dir()` (private keys and the keystore password mode 600), in the formats each
+server reads: PEM for MinIO and Triton, PKCS#12 keystore and truststore for Cassandra and Ignite.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.serialization import pkcs12
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from workbench.config import Settings
+
+VALID_DAYS = 365
+
+
+@dataclass(frozen=True)
+class Certificates:
+    """Paths of the stack's TLS material (see `ensure_certificates`)."""
+
+    root: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.root / "ca.crt"
+
+    @property
+    def server_cert(self) -> Path:
+        return self.root / "server.crt"
+
+    @property
+    def server_key(self) -> Path:
+        return self.root / "server.key"
+
+    @property
+    def keystore(self) -> Path:
+        """PKCS#12 with the server key and certificate chain (Cassandra, Ignite)."""
+        return self.root / "server.p12"
+
+    @property
+    def truststore(self) -> Path:
+        """PKCS#12 holding only the CA certificate (Java clients and servers that verify peers)."""
+        return self.root / "truststore.p12"
+
+    @property
+    def keystore_password_file(self) -> Path:
+        return self.root / "keystore.pass"
+
+    def keystore_password(self) -> str:
+        return self.keystore_password_file.read_text().strip()
+
+    def complete(self) -> bool:
+        files = (self.ca_cert, self.server_cert, self.server_key, self.keystore, self.truststore,
+                 self.keystore_password_file)
+        return all(f.is_file() for f in files)
+
+
+def ensure_certificates(settings: Settings) -> Certificates:
+    """The stack's certificates, generated once (a CA, then a server certificate it signs)."""
+    certs = Certificates(settings.certificates_dir())
+    if certs.complete() and _covers(certs.server_cert, settings.host):
+        return certs
+    certs.root.mkdir(parents=True, exist_ok=True)
+    certs.root.chmod(0o700)
+    ca_key = _new_key()
+    ca = _certificate(_name("workbench local CA"), ca_key, _name("workbench local CA"), ca_key, is_ca=True)
+    server_key = _new_key()
+    server = _certificate(_name(settings.host), server_key, ca.subject, ca_key, is_ca=False, host=settings.host)
+    password = secrets.token_urlsafe(18)
+
+    _write(certs.ca_cert, ca.public_bytes(serialization.Encoding.PEM))
+    _write(certs.server_cert, server.public_bytes(serialization.Encoding.PEM)
+           + ca.public_bytes(serialization.Encoding.PEM))
+    _write(certs.server_key, server_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()), private=True)
+    encryption = serialization.BestAvailableEncryption(password.encode())
+    _write(certs.keystore, pkcs12.serialize_key_and_certificates(
+        b"workbench", server_key, server, [ca], encryption), private=True)
+    _write(certs.truststore, pkcs12.serialize_java_truststore([pkcs12.PKCS12Certificate(ca, b"workbench-ca")],
+                                                              encryption))
+    _write(certs.keystore_password_file, password.encode() + b"\n", private=True)
+    return certs
+
+
+def _covers(cert_file: Path, host: str) -> bool:
+    """True when the certificate names `host` and stays valid for another day."""
+    cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    if cert.not_valid_after_utc < dt.datetime.now(dt.UTC) + dt.timedelta(days=1):
+        return False
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return host in [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] + names.get_values_for_type(
+        x509.DNSName)
+
+
+def _new_key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "workbench"),
+                      x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _certificate(subject: x509.Name, key: rsa.RSAPrivateKey, issuer: x509.Name, issuer_key: rsa.RSAPrivateKey,
+                 is_ca: bool, host: str | None = None) -> x509.Certificate:
+    now = dt.datetime.now(dt.UTC)
+    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
+               .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+               .not_valid_after(now + dt.timedelta(days=VALID_DAYS))
+               .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True))
+    if is_ca:
+        builder = builder.add_extension(x509.KeyUsage(
+            digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
+            key_encipherment=False, data_encipherment=False, key_agreement=False, encipher_only=False,
+            decipher_only=False), critical=True)
+    else:
+        names: list[x509.GeneralName] = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        try:
+            address = x509.IPAddress(ipaddress.ip_address(host))
+            if address not in names:
+                names.append(address)
+        except ValueError:
+            names.append(x509.DNSName(host))
+        builder = (builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+                   .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                         ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def _write(path: Path, data: bytes, private: bool = False) -> None:
+    path.touch(mode=0o600 if private else 0o644, exist_ok=True)
+    path.chmod(0o600 if private else 0o644)
+    path.write_bytes(data)

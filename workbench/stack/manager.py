@@ -15,7 +15,6 @@ from workbench.errors import WorkbenchError
 from workbench.stack.process import ManagedProcess
 from workbench.stack.registry import SERVICES
 from workbench.stack.service import Health, Service
-from workbench.stack.tls import ensure_certificates
 
 
 @dataclass
@@ -77,6 +76,8 @@ def up(settings: Settings, names: list[str] | None = None) -> list[ServiceStatus
     services = select(settings, names)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     if settings.tls:
+        from workbench.stack.tls import ensure_certificates  # cryptography is needed only with TLS
+
         ensure_certificates(settings)
     errors = provision(settings, names)
     started: list[Service] = []

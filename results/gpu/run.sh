@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# What produced results/gpu/: the GPU paths measured on a lent NVIDIA H100 machine.
+#
+# That machine reaches no package registry, so everything it needs travels with the repo as a payload
+# built here (see `payload` below): the wheels the image lacks (DALI 2.1 for CUDA 13 with nvImageCodec
+# and nvJPEG, the cassandra-dali-plugin 1.3.2 wheel for CPython 3.12 / glibc 2.39, the driver, boto3,
+# pydantic...), a jlink'd Java 17 runtime, the Cassandra 5.0.6 jars and the toxiproxy binary.
+# Cassandra runs on the GPU machine itself (real server, loopback), so both readers see the same table.
+#
+#   bash results/gpu/run.sh payload            # here: build .gpu/stage/payload.tar
+#   bash results/gpu/run.sh setup decode       # there: install, start Cassandra, ingest, decode benches
+#   bash results/gpu/run.sh train sweep        # there: ResNet-50 training fed from Cassandra; RTT sweep
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PAYLOAD=${PAYLOAD:-/tmp/payload}
+OUT=${OUT:-results/gpu/out}
+COUNT=${COUNT:-10000}
+DATASET=synthetic-classification-${COUNT}-s0
+mkdir -p "$OUT"
+
+environment() {
+  export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
+  local nv=/tmp/site/nvidia
+  export LD_LIBRARY_PATH=$nv/nvjpeg/lib:$nv/nvimgcodec:${LD_LIBRARY_PATH:-}
+  export PATH=$PAYLOAD/jre/bin:$PATH
+  export WORKBENCH_CACHE_DIR=$PAYLOAD/cache WORKBENCH_STATE_DIR=/tmp/stack WORKBENCH_TIMEOUT_S=30
+  # a throwaway single-use node on loopback: no login (the security tests cover auth and TLS)
+  export WORKBENCH_CASSANDRA_USERNAME= WORKBENCH_CASSANDRA_PASSWORD= WORKBENCH_IGNITE_USERNAME= \
+         WORKBENCH_IGNITE_PASSWORD= WORKBENCH_S3_ACCESS_KEY=unused-here WORKBENCH_S3_SECRET_KEY=unused-here-too
+}
+
+wb() { python3 -m workbench.cli "$@"; }
+
+stage_payload() {
+  local stage=.gpu/stage
+  mkdir -p $stage/whl $stage/cache
+  cp -a ~/.cache/workbench/cassandra-5.0.6 ~/.cache/workbench/toxiproxy-2.12.0 $stage/cache/
+  [ -d $stage/jre ] || jlink --add-modules java.base,java.compiler,java.datatransfer,java.desktop,java.instrument,\
+java.logging,java.management,java.management.rmi,java.naming,java.net.http,java.prefs,java.rmi,java.scripting,\
+java.security.jgss,java.security.sasl,java.sql,java.transaction.xa,java.xml,jdk.attach,jdk.crypto.ec,\
+jdk.internal.jvmstat,jdk.management,jdk.management.agent,jdk.naming.dns,jdk.net,jdk.unsupported,jdk.zipfs \
+    --strip-debug --no-header-files --no-man-pages --compress=2 --output $stage/jre
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_39_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d $stage/whl \
+    nvidia-dali-cuda130==2.1.0 "nvidia-nvimgcodec-cu13>=0.7,<0.8" nvidia-nvjpeg cassandra-dali-plugin==1.3.2 \
+    pydantic==2.14.3 pydantic-core==2.50.4 pydantic-settings python-dotenv annotated-types typing-inspection \
+    typing-extensions cassandra-driver geomet boto3 botocore s3transfer jmespath webdataset braceexpand \
+    astunparse gast optree nvtx makefun
+  tar cf $stage/payload.tar -C $stage whl jre cache
+}
+
+stage_setup() {
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$PAYLOAD"/whl/*.whl
+  python3 -c "import torch, nvidia.dali as d; print('torch', torch.__version__, 'dali', d.__version__, \
+torch.cuda.get_device_name())" | tee -a "$OUT/gpu.txt"
+  nproc | sed 's/^/cpus /' | tee -a "$OUT/gpu.txt"
+  wb stack up cassandra toxiproxy
+  wb ingest --source "synthetic:$COUNT" --backend cassandra 2>&1 | tail -3 | tee "$OUT/ingest.txt"
+}
+
+stage_decode() {
+  local rows=$OUT/decode.jsonl
+  for decode in none cpu mixed; do
+    python3 -m pipelines.decode_bench --loader cassandra --dataset $DATASET --decode $decode --threads 8 \
+      --results "$rows" -o batch_size=128 -o concurrency=32
+    python3 -m pipelines.decode_bench --loader cassandra-plugin --native --dataset $DATASET --decode $decode \
+      --threads 8 --results "$rows" -o batch_size=128 -o io_threads=4 -o prefetch_buffers=4
+  done
+}
+
+stage_train() {
+  local rows=$OUT/train
+  python3 -m pipelines.train_torch --loader cassandra --dataset $DATASET --decode dali --dali-threads 8 \
+    --steps 200 --batch-size 256 --results-dir "$rows" -o concurrency=32
+  python3 -m pipelines.train_torch --loader cassandra-plugin --dataset $DATASET --decode dali --dali-threads 8 \
+    --steps 200 --batch-size 256 --results-dir "$rows" -o io_threads=4 -o prefetch_buffers=4
+  python3 -m pipelines.train_torch --loader cassandra --dataset $DATASET --decode torch --workers 12 \
+    --steps 200 --batch-size 256 --results-dir "$rows" -o concurrency=16
+}
+
+stage_sweep() {
+  wb bench loaders -l cassandra -l cassandra-plugin --count 5000 --rtt-ms 0 --rtt-ms 5 --rtt-ms 20 \
+    --repeats 3 --results-dir "$OUT/loaders"
+}
+
+environment
+for stage in "$@"; do
+  echo "== $stage"
+  "stage_$stage"
+done

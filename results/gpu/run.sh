@@ -29,6 +29,9 @@ environment() {
          WORKBENCH_IGNITE_PASSWORD= WORKBENCH_S3_ACCESS_KEY=unused-here WORKBENCH_S3_SECRET_KEY=unused-here-too
 }
 
+# fn.crs4.cassandra has no default for username/password; a node without auth ignores them
+PLUGIN_LOGIN="-o username=reader -o password=unused"
+
 wb() { python3 -m workbench.cli "$@"; }
 
 stage_payload() {
@@ -66,7 +69,7 @@ stage_decode() {
     python3 -m pipelines.decode_bench --loader cassandra --dataset $DATASET --decode $decode --threads 8 \
       --results "$rows" -o batch_size=128 -o concurrency=32
     python3 -m pipelines.decode_bench --loader cassandra-plugin --native --dataset $DATASET --decode $decode \
-      --threads 8 --results "$rows" -o batch_size=128 -o io_threads=4 -o prefetch_buffers=4
+      --threads 8 --results "$rows" -o batch_size=128 -o io_threads=4 -o prefetch_buffers=4 $PLUGIN_LOGIN
   done
 }
 
@@ -75,13 +78,14 @@ stage_train() {
   python3 -m pipelines.train_torch --loader cassandra --dataset $DATASET --decode dali --dali-threads 8 \
     --steps 200 --batch-size 256 --results-dir "$rows" -o concurrency=32
   python3 -m pipelines.train_torch --loader cassandra-plugin --dataset $DATASET --decode dali --dali-threads 8 \
-    --steps 200 --batch-size 256 --results-dir "$rows" -o io_threads=4 -o prefetch_buffers=4
+    --steps 200 --batch-size 256 --results-dir "$rows" -o io_threads=4 -o prefetch_buffers=4 $PLUGIN_LOGIN
   python3 -m pipelines.train_torch --loader cassandra --dataset $DATASET --decode torch --workers 12 \
     --steps 200 --batch-size 256 --results-dir "$rows" -o concurrency=16
 }
 
 stage_sweep() {
-  wb bench loaders -l cassandra -l cassandra-plugin --count 5000 --rtt-ms 0 --rtt-ms 5 --rtt-ms 20 \
+  WORKBENCH_CASSANDRA_USERNAME=reader WORKBENCH_CASSANDRA_PASSWORD=unused \
+    wb bench loaders -l cassandra -l cassandra-plugin --count 5000 --rtt-ms 0 --rtt-ms 5 --rtt-ms 20 \
     --repeats 3 --results-dir "$OUT/loaders"
 }
 

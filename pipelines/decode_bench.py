@@ -29,24 +29,11 @@ from workbench.errors import WorkbenchError
 DECODES = ("mixed", "cpu", "none")
 
 
-def _graph(jpegs, labels, decode: str, size: int):
-    """The same operators after any reader: decode, resize (shorter side), centre crop, normalise."""
-    from nvidia.dali import fn, types
-
-    from workbench.adapters.dali import IMAGENET_MEAN, IMAGENET_STD
-
-    if decode == "none":
-        return jpegs, labels
-    images = fn.decoders.image(jpegs, device=decode, output_type=types.RGB)
-    images = fn.resize(images, resize_shorter=size * 256 // 224, antialias=True)
-    images = fn.crop_mirror_normalize(images, crop=(size, size), mean=IMAGENET_MEAN, std=IMAGENET_STD,
-                                      dtype=types.FLOAT, output_layout="CHW")
-    return images, labels
-
-
 def native_plugin_pipeline(loader, ids: list[str], decode: str, size: int, threads: int):
     """fn.crs4.cassandra -> decode, built from the loader's plugin arguments (the plugin's own prefetching)."""
     from nvidia.dali import fn, pipeline_def
+
+    from workbench.adapters.dali import decode_and_crop
 
     arguments = loader._reader_arguments(ids)  # the plugin loader's own mapping of our settings
     gpu = decode == "mixed"
@@ -55,32 +42,19 @@ def native_plugin_pipeline(loader, ids: list[str], decode: str, size: int, threa
                   prefetch_queue_depth=2)
     def pipeline():
         jpegs, labels = fn.crs4.cassandra(**arguments)
-        return _graph(jpegs, labels, decode, size)
+        return (jpegs if decode == "none" else decode_and_crop(jpegs, gpu, size)), labels
 
     pipe = pipeline()
     pipe.build()
     return pipe
 
 
-def loader_pipeline(loader, decode: str, size: int, threads: int):
-    """The loader's samples through fn.external_source -> decode (as `workbench.adapters.dali`)."""
-    from nvidia.dali import fn, pipeline_def, types
+def loader_pipeline(source, decode: str, size: int, threads: int):
+    """A loader's batches (in this process, or from worker processes) through fn.external_source -> decode."""
+    from workbench.adapters.dali import image_pipeline
 
-    from workbench.adapters.dali import BatchSource
-
-    gpu = decode == "mixed"
-    label_dtype = types.UINT8 if loader.config.label_type == "blob" else types.INT32
-
-    @pipeline_def(batch_size=loader.config.batch_size, num_threads=threads, device_id=0 if gpu else None,
-                  prefetch_queue_depth=2)
-    def pipeline():
-        jpegs, labels = fn.external_source(source=BatchSource(loader, loader.config.batch_size), num_outputs=2,
-                                           dtype=[types.UINT8, label_dtype], cycle="raise", batch=True)
-        return _graph(jpegs, labels, decode, size)
-
-    pipe = pipeline()
-    pipe.build()
-    return pipe
+    return image_pipeline(source, source.batch_size, size=size, gpu=decode == "mixed", num_threads=threads,
+                          decode=decode != "none", device_id=0 if decode == "mixed" else None)
 
 
 def _sync(decode: str) -> None:
@@ -102,7 +76,7 @@ def run_native_epoch(loader, epoch: int, decode: str, size: int, threads: int) -
     return len(ids), seconds
 
 
-def run_loader_epoch(pipe, decode: str, batch_size: int) -> tuple[int, float]:
+def run_loader_epoch(pipe, decode: str) -> tuple[int, float]:
     images = 0
     start = time.perf_counter()
     try:
@@ -116,25 +90,32 @@ def run_loader_epoch(pipe, decode: str, batch_size: int) -> tuple[int, float]:
 
 
 def bench(loader_name: str, dataset: str, decode: str = "mixed", epochs: int = 3, size: int = 224,
-          threads: int = 4, native: bool = False, settings=None, **config: Any) -> dict:
-    """Images/s of `epochs` timed epochs after one warm-up epoch; a row with median, min, max."""
+          threads: int = 4, native: bool = False, fetch_workers: int = 0, settings=None, **config: Any) -> dict:
+    """Images/s of `epochs` timed epochs after one warm-up epoch; a row with median, min, max.
+
+    `fetch_workers` > 0 fetches in that many processes (`ProcessBatchSource`) instead of this one.
+    """
     from workbench.config import Settings
     from workbench.environment import describe_environment
     from workbench.loaders import make_loader
 
     if decode not in DECODES:
         raise ValueError(f"decode must be one of {', '.join(DECODES)}, got {decode!r}")
+    from workbench.adapters.dali import BatchSource, ProcessBatchSource
+
     if native and loader_name != "cassandra-plugin":
         raise WorkbenchError("--native builds the cassandra-dali-plugin's own graph: use --loader cassandra-plugin")
     settings = settings or Settings()
     rates, counts = [], []
     with make_loader(loader_name, settings, dataset=dataset, **config) as loader:
-        pipe = None if native else loader_pipeline(loader, decode, size, threads)
+        source = (ProcessBatchSource(loader_name, settings, fetch_workers, dataset=dataset, **config)
+                  if fetch_workers else BatchSource(loader, loader.config.batch_size))
+        pipe = None if native else loader_pipeline(source, decode, size, threads)
         for epoch in range(epochs + 1):
             if native:
                 images, seconds = run_native_epoch(loader, epoch, decode, size, threads)
             else:
-                images, seconds = run_loader_epoch(pipe, decode, loader.config.batch_size)
+                images, seconds = run_loader_epoch(pipe, decode)
             if epoch > 0:  # epoch 0 warms connections, caches and the decoder
                 rates.append(images / seconds)
                 counts.append(images)
@@ -145,7 +126,8 @@ def bench(loader_name: str, dataset: str, decode: str = "mixed", epochs: int = 3
     if len(set(counts)) != 1:
         raise WorkbenchError(f"epochs delivered different counts {counts}: a loader lost or repeated samples")
     return {"pipeline": f"decode_bench-{loader_name}{'-native' if native else ''}", "loader": loader_name,
-            "native": native, "dataset": dataset, "decode": decode, "size": size, "dali_threads": threads,
+            "native": native, "fetch_workers": fetch_workers, "dataset": dataset, "decode": decode, "size": size,
+            "dali_threads": threads,
             "batch_size": batch_size, "epochs": epochs, "images_per_epoch": counts[0],
             "images_per_s_median": round(statistics.median(rates), 1), "images_per_s_min": round(min(rates), 1),
             "images_per_s_max": round(max(rates), 1), "loader_config": {k: str(v) for k, v in loader_config.items()},
@@ -161,11 +143,12 @@ def main(argv: list[str]) -> dict:
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--threads", type=int, default=4, help="DALI CPU threads")
     p.add_argument("--native", action="store_true", help="cassandra-plugin: the plugin's own DALI graph")
+    p.add_argument("--fetch-workers", type=int, default=0, help="fetch in this many processes (0: in this one)")
     p.add_argument("--results", default=None, help="append the row to this JSON-lines file")
     p.add_argument("-o", "--option", action="append", help="loader setting key=value (repeatable)")
     args = p.parse_args(argv)
     row = bench(args.loader, args.dataset, args.decode, args.epochs, args.size, args.threads, args.native,
-                **loader_options(args.option))
+                args.fetch_workers, **loader_options(args.option))
     print(f"{row['pipeline']} decode={row['decode']}: median {row['images_per_s_median']} images/s "
           f"(min {row['images_per_s_min']}, max {row['images_per_s_max']}, {row['epochs']} epochs of "
           f"{row['images_per_epoch']})", flush=True)

@@ -77,15 +77,17 @@ def torch_epochs(loader: str, settings, dataset: str, batch_size: int, size: int
 
 
 def dali_epochs(loader: str, settings, dataset: str, batch_size: int, size: int, device, threads: int = 2,
-                **config: Any) -> tuple[Callable[[int], Iterable[tuple]], Callable[[], None]]:
+                fetch_workers: int = 0, **config: Any) -> tuple[Callable[[int], Iterable[tuple]], Callable[[], None]]:
     """epoch -> DALI batches (normalised float NCHW on the device, int64 labels); and a closer.
 
     DALI decodes with nvJPEG (``device="mixed"``) when training on a GPU, on the CPU otherwise.
+    With `fetch_workers` > 0 the loader runs in that many processes (`ProcessBatchSource`), away
+    from the training loop's interpreter.
     """
     from nvidia.dali.plugin.base_iterator import LastBatchPolicy
     from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-    from workbench.adapters.dali import image_pipeline
+    from workbench.adapters.dali import ProcessBatchSource, image_pipeline
     from workbench.loaders import make_loader
 
     source = make_loader(loader, settings, dataset=dataset, **config)
@@ -94,7 +96,9 @@ def dali_epochs(loader: str, settings, dataset: str, batch_size: int, size: int,
         raise WorkbenchError(f"the classifier needs int labels; loader {loader} is configured with label_type "
                          f"{source.config.label_type}")
     gpu = device.type == "cuda"
-    pipe = image_pipeline(source, batch_size, size=size, gpu=gpu, num_threads=threads)
+    feed = (ProcessBatchSource(loader, settings, fetch_workers, dataset=dataset, batch_size=batch_size, **config)
+            if fetch_workers else source)
+    pipe = image_pipeline(feed, batch_size, size=size, gpu=gpu, num_threads=threads)
     # external_source with cycle="raise": an epoch ends when the loader does; PARTIAL keeps the short last batch
     iterator = DALIGenericIterator(pipe, ["images", "labels"], last_batch_policy=LastBatchPolicy.PARTIAL,
                                    auto_reset=True, prepare_first_batch=False)
@@ -116,7 +120,8 @@ def dali_epochs(loader: str, settings, dataset: str, batch_size: int, size: int,
 def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str = "torch",
           batch_size: int | None = None, *, model: str | None = None, size: int | None = None,
           num_classes: int = 1000, workers: int = 2, device: str | None = None, amp: bool | None = None,
-          threads: int | None = None, dali_threads: int = 2, warmup: int | None = None, lr: float = 0.01,
+          threads: int | None = None, dali_threads: int = 2, fetch_workers: int = 0, warmup: int | None = None,
+          lr: float = 0.01,
           ceiling: bool = True, results_dir=None, quiet: bool = False, **loader_config: Any) -> dict:
     """Train the classifier `steps` steps from `loader` and measure; returns the report row as a dict.
 
@@ -143,7 +148,7 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
     step = make_step(arch, size, num_classes, dev, amp=amp, lr=lr)
     if decode == "dali":
         make_epoch, close = dali_epochs(loader, settings, dataset, batch_size, size, dev, dali_threads,
-                                        **loader_config)
+                                        fetch_workers, **loader_config)
     else:
         make_epoch, close = torch_epochs(loader, settings, dataset, batch_size, size, workers, dev,
                                          **loader_config), (lambda: None)
@@ -164,7 +169,7 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
     top = no_io_ceiling(step.clone(), batch_size, steps, warmup=warmup) if ceiling else math.nan
     config = {"loader": loader, "dataset": dataset, "decode": decode, "model": arch, "size": size,
               "batch_size": batch_size, "steps": steps, "warmup": warmup, "device": str(dev), "amp": step.amp,
-              "workers": workers if decode == "torch" else 0,
+              "workers": workers if decode == "torch" else fetch_workers,
               "loader_config": {k: v for k, v in loader_config.items() if "password" not in k}}
     extra = {"loss": round(loss, 4), "timed_images": meter.images, "timed_seconds": round(meter.seconds, 3),
              "wall_seconds": round(wall, 2)}
@@ -197,6 +202,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--workers", type=int, default=2, help="torch decode: DataLoader worker processes")
     p.add_argument("--dali-threads", type=int, default=2, help="dali decode: CPU threads of the pipeline")
+    p.add_argument("--fetch-workers", type=int, default=0,
+                   help="dali decode: fetch in this many processes (0: in the training process)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU training)")
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda when present)")
     p.add_argument("--no-amp", action="store_true", help="float32 even on a GPU")
@@ -212,7 +219,8 @@ def main(argv: list[str] | None = None) -> dict:
     return train(args.loader, args.dataset, steps=args.steps, decode=args.decode, batch_size=args.batch_size,
                  model=args.model, size=args.size, num_classes=args.num_classes, workers=args.workers,
                  device=args.device, amp=False if args.no_amp else None, threads=args.threads,
-                 dali_threads=args.dali_threads, warmup=args.warmup, results_dir=args.results_dir,
+                 dali_threads=args.dali_threads, fetch_workers=args.fetch_workers, warmup=args.warmup,
+                 results_dir=args.results_dir,
                  split=args.split, **loader_options(args.option))
 
 

@@ -10,6 +10,7 @@
 #   bash results/gpu/run.sh payload            # here: build .gpu/stage/payload.tar
 #   bash results/gpu/run.sh setup decode       # there: install, start Cassandra, ingest, decode benches
 #   bash results/gpu/run.sh train sweep        # there: ResNet-50 training fed from Cassandra; RTT sweep
+#   bash results/gpu/run.sh setup workers      # there (a second machine): our loader in worker processes
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PAYLOAD=${PAYLOAD:-/tmp/payload}
@@ -81,6 +82,15 @@ stage_train() {
     --steps 200 --batch-size 256 --results-dir "$rows" -o io_threads=4 -o prefetch_buffers=4 $PLUGIN_LOGIN
   python3 -m pipelines.train_torch --loader cassandra --dataset $DATASET --decode torch --workers 12 \
     --steps 200 --batch-size 256 --results-dir "$rows" -o concurrency=16
+}
+
+stage_workers() {  # our loader fetching in worker processes (ProcessBatchSource), DALI decoding on the GPU
+  for decode in none mixed; do
+    python3 -m pipelines.decode_bench --loader cassandra --dataset $DATASET --decode $decode --threads 8 \
+      --fetch-workers 8 --results "$OUT/decode.jsonl" -o batch_size=128 -o concurrency=16
+  done
+  python3 -m pipelines.train_torch --loader cassandra --dataset $DATASET --decode dali --dali-threads 8 \
+    --fetch-workers 8 --steps 200 --batch-size 256 --results-dir "$OUT/train" -o concurrency=16
 }
 
 stage_sweep() {

@@ -39,56 +39,102 @@ class BatchSource:
     def __init__(self, loader: Loader, batch_size: int) -> None:
         self.loader = loader
         self.batch_size = batch_size
-        self.blob_labels = loader.config.label_type == "blob"
+        self.label_type = loader.config.label_type
         self.epoch = 0
-        self._items: Iterator | None = None
+        self._batches: Iterator[list[tuple]] | None = None
+
+    def epoch_batches(self, epoch: int) -> Iterator[list[tuple]]:
+        """Lists of up to batch_size (data, label) pairs: this epoch's samples."""
+        self.loader.set_epoch(epoch)
+        batch: list[tuple] = []
+        for item in self.loader:
+            batch.append((item.data, item.label))
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
 
     def __iter__(self) -> BatchSource:
-        self.loader.set_epoch(self.epoch)
-        self._items = iter(self.loader)
+        self._batches = self.epoch_batches(self.epoch)
         self.epoch += 1
         return self
 
     def __next__(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        assert self._items is not None, "iterate the source first"
-        data, labels = [], []
-        for item in self._items:
-            data.append(np.frombuffer(item.data, dtype=np.uint8))
-            if self.blob_labels:
-                labels.append(np.frombuffer(item.label or b"", dtype=np.uint8))
-            else:
-                labels.append(np.array([item.label if isinstance(item.label, int) else -1], dtype=np.int32))
-            if len(data) == self.batch_size:
-                break
-        if not data:
-            raise StopIteration
+        assert self._batches is not None, "iterate the source first"
+        batch = next(self._batches)  # StopIteration ends DALI's epoch (cycle="raise")
+        data = [np.frombuffer(raw, dtype=np.uint8) for raw, _ in batch]
+        if self.label_type == "blob":
+            labels = [np.frombuffer(label or b"", dtype=np.uint8) for _, label in batch]
+        else:
+            labels = [np.array([label if isinstance(label, int) else -1], dtype=np.int32) for _, label in batch]
         return data, labels
 
 
-def image_pipeline(loader: Loader, batch_size: int, size: int = 224, gpu: bool | None = None,
+class ProcessBatchSource(BatchSource):
+    """The same batches, fetched by `workers` processes (a torch DataLoader over `LoaderDataset`).
+
+    Why: a Python loader in the training process shares its interpreter (and GIL) with the training
+    loop and DALI's feeding; in worker processes each shard (rank x worker) fetches with its own
+    connections beside it, while DALI still decodes on the GPU. Every sample arrives exactly once
+    per epoch; a worker's last batch may be short. The batch size is the loader config's `batch_size`.
+    """
+
+    def __init__(self, loader: str, settings, workers: int, **config) -> None:
+        from workbench.adapters.torch import LoaderDataset
+
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.dataset = LoaderDataset(loader, settings, **config)
+        self.batch_size = self.dataset.config["batch_size"]
+        self.workers = workers
+        self.label_type = self.dataset.config["label_type"]
+        self.epoch = 0
+        self._batches = None
+
+    def epoch_batches(self, epoch: int) -> Iterator[list[tuple]]:
+        from torch.utils.data import DataLoader
+
+        self.dataset.set_epoch(epoch)
+        batches = DataLoader(self.dataset, batch_size=self.batch_size, num_workers=self.workers,
+                             collate_fn=_pairs, prefetch_factor=4)
+        yield from batches
+
+
+def _pairs(batch: list[tuple]) -> list[tuple]:
+    """(data, label, key) samples -> (data, label) pairs; encoded images of different lengths stay a list."""
+    return [(data, label) for data, label, _ in batch]
+
+
+def decode_and_crop(jpegs, gpu: bool, size: int):
+    """The graph after any reader: decode (nvJPEG when `gpu`), resize the shorter side, centre crop, normalise."""
+    images = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB)
+    images = fn.resize(images, resize_shorter=size * 256 // 224, antialias=True)
+    return fn.crop_mirror_normalize(images, crop=(size, size), mean=IMAGENET_MEAN, std=IMAGENET_STD,
+                                    dtype=types.FLOAT, output_layout="CHW")
+
+
+def image_pipeline(loader: Loader | BatchSource, batch_size: int, size: int = 224, gpu: bool | None = None,
                    num_threads: int = 2, prefetch_queue_depth: int = 2, decode: bool = True,
                    device_id: int | None = None):
     """A built DALI pipeline yielding (images CHW float, labels) or, with decode=False, (bytes, labels).
+
+    `loader` is a loader (fetched in this process) or a `BatchSource` such as `ProcessBatchSource`.
 
     On a GPU the device is `device_id`, else this rank's LOCAL_RANK (torchrun), else 0.
     """
     gpu = gpu_available() if gpu is None else gpu
     if gpu and device_id is None:
         device_id = int(os.environ.get("LOCAL_RANK", "0"))
-    label_dtype = types.UINT8 if loader.config.label_type == "blob" else types.INT32
+    source = loader if isinstance(loader, BatchSource) else BatchSource(loader, batch_size)
+    label_dtype = types.UINT8 if source.label_type == "blob" else types.INT32
 
     @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id if gpu else None,
                   prefetch_queue_depth=prefetch_queue_depth, exec_dynamic=True)
     def pipeline():
-        jpegs, labels = fn.external_source(source=BatchSource(loader, batch_size), num_outputs=2,
+        jpegs, labels = fn.external_source(source=source, num_outputs=2,
                                            dtype=[types.UINT8, label_dtype], cycle="raise", batch=True)
-        if not decode:
-            return jpegs, labels
-        images = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB)
-        images = fn.resize(images, resize_shorter=size * 256 // 224, antialias=True)
-        images = fn.crop_mirror_normalize(images, crop=(size, size), mean=IMAGENET_MEAN, std=IMAGENET_STD,
-                                          dtype=types.FLOAT, output_layout="CHW")
-        return images, labels
+        return (decode_and_crop(jpegs, gpu, size) if decode else jpegs), labels
 
     pipe = pipeline()
     pipe.build()

@@ -35,7 +35,7 @@ def native_plugin_pipeline(loader, ids: list[str], decode: str, size: int, threa
 
     from workbench.adapters.dali import decode_and_crop
 
-    arguments = loader._reader_arguments(ids)  # the plugin loader's own mapping of our settings
+    arguments = loader.reader_arguments(ids)
     gpu = decode == "mixed"
 
     @pipeline_def(batch_size=loader.config.batch_size, num_threads=threads, device_id=0 if gpu else None,

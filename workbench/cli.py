@@ -44,7 +44,7 @@ def print_status(rows) -> None:
 
 @app.command("init")
 def init() -> None:
-    """Write generated S3 root credentials to .env (mode 600) unless some are configured already."""
+    """Write generated logins (S3 keys, Cassandra, Ignite) to .env (mode 600) for services that have none."""
     console.print("wrote generated credentials to .env" if ensure_credentials() else "credentials already configured")
 
 
@@ -54,11 +54,24 @@ def stack_up(services: Services = None, stack: StackMode = None) -> None:
     from workbench.stack import up
 
     if ensure_credentials():
-        console.print("wrote generated S3 credentials to .env (kept out of git)")
+        console.print("wrote generated credentials to .env (kept out of git)")
     rows = up(settings_for(stack), services)
     print_status(rows)
     if not all(r.healthy for r in rows):
         raise typer.Exit(1)
+
+
+@stack_app.command("compose-config")
+def stack_compose_config() -> None:
+    """Write the configuration files docker-compose.yml mounts (auth; TLS with WORKBENCH_TLS=1)."""
+    from workbench.stack.compose import write_compose_config
+
+    if ensure_credentials():
+        console.print("wrote generated credentials to .env (kept out of git)")
+    settings = get_settings()
+    folder = write_compose_config(settings)
+    tls = "with TLS: add -f docker-compose.tls.yml" if settings.tls else "without TLS (WORKBENCH_TLS=1 for TLS)"
+    console.print(f"wrote {folder} ({tls}); then: docker compose up -d")
 
 
 @stack_app.command("provision")

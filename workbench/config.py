@@ -99,7 +99,8 @@ class Settings(BaseSettings):
         return getattr(self, proxy if via_proxy else upstream)
 
     def s3_endpoint(self, via_proxy: bool = False) -> str:
-        return f"http://{self.host}:{self.port('s3', via_proxy)}"
+        """MinIO's URL: https when the stack runs with TLS (a TLS stream passes toxiproxy unchanged)."""
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port('s3', via_proxy)}"
 
     def s3_credentials(self) -> tuple[str, str]:
         """(access key, secret key), or a clear error saying where to set them."""

@@ -47,6 +47,7 @@ MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
 PROTOCOLS = ("http", "grpc")
 DEFAULT_RESULTS = Path("results") / "triton-inference"
 NP_TO_TRITON = {np.dtype(np.uint8): "UINT8", np.dtype(np.int64): "INT64", np.dtype(np.int32): "INT32",
+                np.dtype(np.object_): "BYTES",
                 np.dtype(np.float32): "FP32"}
 
 
@@ -118,10 +119,47 @@ def _tensors(module, arrays: dict[str, np.ndarray]) -> list:
     return tensors
 
 
-def _server_error(exc: Exception, model: str, protocol: str) -> InferenceError:
-    message = exc.message() if hasattr(exc, "message") and callable(exc.message) else str(exc)
+# How gRPC reports a connection that failed before any model saw the request (refused, closed, TLS).
+_NOT_CONNECTED = ("failed to connect to all addresses", "connections to all backends failing")
+
+
+def _server_error(exc: Exception, model: str, protocol: str, settings: Settings | None = None,
+                  via_proxy: bool = False) -> InferenceError:
+    """The server's answer as an InferenceError; a failed connection or a deadline (with `settings`) as one
+    clear line naming host:port."""
+    message = str(exc.message() if hasattr(exc, "message") and callable(exc.message) else exc)
     status = exc.status() if hasattr(exc, "status") and callable(exc.status) else None
+    if settings is not None and message.lower().startswith(_NOT_CONNECTED):
+        return InferenceError(_unreachable(settings, protocol, via_proxy, message), status)
+    if settings is not None and str(status).endswith("DEADLINE_EXCEEDED"):
+        where = f"{settings.host}:{settings.port(f'triton_{protocol}', via_proxy)}"
+        return InferenceError(f"Triton {model} over {protocol} at {where}: no answer before the deadline ({message}); "
+                              "is the server overloaded or stuck? (the timeout is WORKBENCH_TIMEOUT_S)", status)
     return InferenceError(f"Triton {model} over {protocol}: {message}", status)
+
+
+def _unreachable(settings: Settings, protocol: str, via_proxy: bool, message: str) -> str:
+    """Why Triton could not be reached and what to do: untrusted certificate, TLS mismatch, or down."""
+    from workbench.clients import speaks_tls
+
+    host, port = settings.host, settings.port(f"triton_{protocol}", via_proxy)
+    where = f"{host}:{port}"
+    reason = message.split("last error: ")[-1].splitlines()[0][:200]
+    text = message.lower()
+    if "certificate" in text:
+        return (f"cannot verify the TLS certificate of Triton at {where} over {protocol} ({reason}): set "
+                "WORKBENCH_TLS_CA_FILE to the CA that signed it")
+    tls = protocol == "grpc" and settings.tls
+    if protocol == "grpc" and ("closed" in text or "handshake" in text):
+        speaks = speaks_tls(host, port, min(settings.timeout_s, 5.0))
+        if tls and not speaks:
+            return (f"TLS handshake with Triton at {where} over grpc failed ({reason}): the server does not speak "
+                    "TLS on that port; set WORKBENCH_TLS to match the server's --grpc-use-ssl")
+        if not tls and speaks:
+            return (f"Triton at {where} over grpc closed the connection ({reason}): the port speaks TLS; set "
+                    "WORKBENCH_TLS=1 (and WORKBENCH_TLS_CA_FILE to its CA)")
+    return (f"cannot reach Triton at {where} over {protocol}{' with TLS' if tls else ''}: {reason}; is the stack "
+            "up? (`workbench stack status`; WORKBENCH_TLS must match the server's gRPC TLS)")
 
 
 # ------------------------------------------------------------------------------------ one request
@@ -142,7 +180,7 @@ def infer(settings: Settings, model: str, inputs: dict[str, np.ndarray], protoco
     try:
         result = client.infer(model, _tensors(module, inputs), outputs=requested, parameters=parameters, **kwargs)
     except InferenceServerException as exc:
-        raise _server_error(exc, model, protocol) from exc
+        raise _server_error(exc, model, protocol, settings, via_proxy) from exc
     finally:
         with contextlib.suppress(Exception):
             client.close()
@@ -237,14 +275,13 @@ async def _run_point(settings: Settings, model: str, protocol: str, batches: Ite
     """`warmup` + `requests` requests, `concurrency` in flight; throughput over the requests after warm-up."""
     from tritonclient.utils import InferenceServerException
 
+    from workbench.clients import triton_client
+
     module = _module(protocol, aio=True)
     url = f"{settings.host}:{settings.port(f'triton_{protocol}', via_proxy)}"
-    if protocol == "http":
-        client = module.InferenceServerClient(url, conn_limit=concurrency, conn_timeout=timeout_s)
-        call_options: dict = {}
-    else:
-        client = module.InferenceServerClient(url)
-        call_options = {"client_timeout": timeout_s}
+    # gRPC with TLS when settings.tls (the same client set-up as every other Triton call)
+    client = triton_client(settings, protocol, via_proxy, aio=True, timeout_s=timeout_s, connections=concurrency)
+    call_options: dict = {"client_timeout": timeout_s} if protocol == "grpc" else {}
     outputs = [module.InferRequestedOutput(name) for name in MODELS[model][1]]
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
@@ -254,6 +291,8 @@ async def _run_point(settings: Settings, model: str, protocol: str, batches: Ite
     try:
         try:
             ready = await client.is_model_ready(model, **call_options)
+        except InferenceServerException as exc:
+            raise _server_error(exc, model, protocol, settings, via_proxy) from exc
         except Exception as exc:
             raise WorkbenchError(f"cannot reach Triton at {url} over {protocol}: {exc}; is the stack up? "
                                  "(`workbench stack status`)") from exc
@@ -274,7 +313,7 @@ async def _run_point(settings: Settings, model: str, protocol: str, batches: Ite
                     await client.infer(model, _tensors(module, arrays), outputs=outputs, parameters=parameters,
                                        **call_options)
                 except InferenceServerException as exc:
-                    raise _server_error(exc, model, protocol) from exc
+                    raise _server_error(exc, model, protocol, settings, via_proxy) from exc
                 except TimeoutError as exc:
                     raise InferenceError(f"Triton {model} over {protocol}: no answer within {timeout_s} s") from exc
                 except Exception as exc:  # connection refused/reset ...

@@ -11,9 +11,12 @@ import io
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
+
+PROGRESS_FILE = "progress.json"  # a sweep's {"runs_done", "runs_total", "complete"}
 
 
 def check_writable(folder: Path) -> Path:
@@ -28,10 +31,26 @@ def check_writable(folder: Path) -> Path:
     return folder
 
 
-def _atomic_write(path: Path, data: str) -> None:
+def write_atomically(path: Path, write: Callable[[Path], object]) -> Path:
+    """`write(tmp)` then rename to `path`: the file is complete or absent, never half-written.
+
+    A full or read-only disk (any OSError) removes the temporary file and becomes one clear error
+    naming the path, instead of a traceback and a truncated result.
+    """
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(data)
-    tmp.replace(path)
+    try:
+        write(tmp)
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise WorkbenchError(
+            f"cannot write results to {path}: {exc.strerror or exc}; free space or choose another --results-dir"
+        ) from exc
+    return path
+
+
+def _atomic_write(path: Path, data: str) -> None:
+    write_atomically(path, lambda tmp: tmp.write_text(data, encoding="utf-8"))
 
 
 def _flat(row: dict, prefix: str = "") -> dict:

@@ -83,3 +83,80 @@ def test_triton_image_has_what_the_models_import():
 def test_triton_reserves_gpu():
     devices = COMPOSE["services"]["triton"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["capabilities"] == ["gpu"]
+
+
+# ------------------------------------------------------------------------------------ auth and TLS configs
+
+TLS_OVERRIDE = yaml.safe_load((ROOT / "docker-compose.tls.yml").read_text())
+
+
+@pytest.fixture
+def generated(tmp_path):
+    """write_compose_config for a TLS stack with generated logins, in a private state dir."""
+    from workbench.stack.compose import write_compose_config
+
+    settings = Settings(_env_file=None, state_dir=tmp_path / ".stack", tls=True, s3_access_key="wb-key1",
+                        s3_secret_key="s3-secret-value-1", cassandra_username="workbench",
+                        cassandra_password="cassandra-secret-1", ignite_username="workbench",
+                        ignite_password="ignite-secret-1")
+    return settings, write_compose_config(settings)
+
+
+def bind_sources(compose: dict) -> set[str]:
+    return {v.split(":")[0] for s in compose["services"].values() for v in s.get("volumes", []) if v.startswith(".")}
+
+
+def test_every_mounted_config_is_generated(generated):
+    _, folder = generated
+    sources = bind_sources(COMPOSE) | bind_sources(TLS_OVERRIDE)
+    assert {"./.stack/compose/cassandra.yaml", "./.stack/compose/ignite.xml", "./.stack/compose/certs"} <= sources
+    for source in sources - {"./triton_models", "./docker/toxiproxy.json"}:
+        assert (folder.parent.parent / source).exists(), f"{source} is mounted but not generated"
+    assert oct(folder.stat().st_mode & 0o777) == "0o700"
+
+
+def test_generated_cassandra_yaml_has_auth_and_tls_at_container_paths(generated):
+    _, folder = generated
+    conf = yaml.safe_load((folder / "cassandra.yaml").read_text())
+    assert conf["authenticator"] == "PasswordAuthenticator" and conf["authorizer"] == "CassandraAuthorizer"
+    assert conf["listen_address"] == "cassandra" and conf["native_transport_port"] == 9042
+    assert conf["data_file_directories"] == ["/var/lib/cassandra/data"]
+    tls = conf["client_encryption_options"]
+    assert tls["enabled"] is True and tls["optional"] is False and tls["keystore"] == "/certs/server.p12"
+    jvm = COMPOSE["services"]["cassandra"]["environment"]["JVM_EXTRA_OPTS"]
+    assert "-Dcassandra.config=file:///etc/workbench/cassandra.yaml" in jvm
+
+
+def test_generated_ignite_xml_has_auth_and_ssl_at_container_paths(generated):
+    settings, folder = generated
+    xml = (folder / "ignite.xml").read_text()
+    assert '<property name="authenticationEnabled" value="true"/>' in xml
+    assert "/certs/server.p12" in xml and '<property name="sslEnabled" value="true"/>' in xml
+    assert str(settings.state_dir) not in xml  # only container paths
+    assert COMPOSE["services"]["ignite"]["environment"]["CONFIG_URI"] == "/etc/workbench/ignite.xml"
+
+
+def test_generated_files_hold_no_login(generated):
+    _, folder = generated
+    logins = ["s3-secret-value-1", "cassandra-secret-1", "ignite-secret-1", "wb-key1"]
+    for path in folder.rglob("*"):
+        if path.is_file():
+            text = path.read_bytes()
+            assert not any(login.encode() in text for login in logins), path
+
+
+def test_tls_override_points_at_generated_certificates(generated):
+    from cryptography import x509
+
+    from workbench.stack.compose import SERVICE_HOSTS, TLS_FILES
+
+    _, folder = generated
+    flags = [f for f in TLS_OVERRIDE["services"]["triton"]["command"] if f.startswith("--grpc-")]
+    assert "--grpc-use-ssl=true" in flags
+    for flag in flags[1:]:
+        assert flag.split("=", 1)[1].removeprefix("/certs/") in TLS_FILES
+    cert = x509.load_pem_x509_certificate((folder / "certs" / "server.crt").read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName)
+    assert set(SERVICE_HOSTS) <= set(names)  # containers verify each other by service name
+    assert "--certs-dir" in TLS_OVERRIDE["services"]["minio"]["command"]

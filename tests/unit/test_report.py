@@ -166,3 +166,11 @@ def test_a_sweep_where_everything_failed_still_reports(tmp_path: Path):
     assert "2 run(s) failed" in page
     assert "cannot reach Ignite &lt;at&gt; 127.0.0.1:20800" in page
     assert not list((folder / "report").glob("*.png"))
+
+
+def test_a_stopped_sweep_is_reported_incomplete(sweep):
+    (sweep / "progress.json").write_text(json.dumps({"runs_done": 3, "runs_total": 40, "complete": False}))
+    html = build_report(sweep).read_text()
+    assert "INCOMPLETE: the sweep stopped after 3 of 40 runs" in html
+    (sweep / "progress.json").write_text(json.dumps({"runs_done": 40, "runs_total": 40, "complete": True}))
+    assert "INCOMPLETE" not in build_report(sweep).read_text()

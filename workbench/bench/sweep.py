@@ -25,7 +25,7 @@ from workbench.environment import describe_environment
 from workbench.ingest import ingest
 from workbench.loaders import loader_class, make_loader
 from workbench.net.toxiproxy import Toxiproxy
-from workbench.results import check_writable
+from workbench.results import PROGRESS_FILE, check_writable, write_atomically
 
 PROXY_OF_BACKEND = {"cassandra": "cassandra", "s3-objects": "s3", "s3-shards": "s3", "ignite": "ignite", "fs": None}
 
@@ -185,12 +185,14 @@ def run_sweep(
     points = cfg.points()
     prepare_datasets(settings, cfg, points)
     environment = describe_environment(settings)
-    (folder / "config.json").write_text(cfg.model_dump_json(indent=2))
-    (folder / "environment.json").write_text(json.dumps(environment, indent=2, default=str))
+    runs = [(i, point, rep) for i, point in enumerate(points) for rep in range(cfg.repetitions)]
+    write_atomically(folder / "config.json", lambda tmp: tmp.write_text(cfg.model_dump_json(indent=2)))
+    write_atomically(folder / "environment.json",
+                     lambda tmp: tmp.write_text(json.dumps(environment, indent=2, default=str)))
+    _write_progress(folder, 0, len(runs))
     toxiproxy = Toxiproxy(settings)
     toxiproxy.ensure_proxies()
     rows: list[dict] = []
-    runs = [(i, point, rep) for i, point in enumerate(points) for rep in range(cfg.repetitions)]
     try:
         for point_id, point, rep in tqdm(runs, desc=f"sweep {cfg.name}", unit="run", disable=not progress):
             backend = loader_class(point["loader"]).backend
@@ -224,6 +226,7 @@ def run_sweep(
                 )
             rows.append(row)
             _write(folder, rows, environment, pd)
+            _write_progress(folder, len(rows), len(runs))
     finally:
         toxiproxy.reset()
     return folder
@@ -236,7 +239,11 @@ def _write(folder: Path, rows: list[dict], environment: dict, pd) -> None:
     frame["gpus"] = json.dumps(environment.get("gpus", []))
     frame["servers"] = json.dumps(environment.get("servers", {}))
     frame["packages"] = json.dumps(environment.get("packages", {}))
-    for name, write in (("runs.parquet", frame.to_parquet), ("runs.csv", frame.to_csv)):
-        tmp = folder / f".{name}.tmp"
-        write(tmp, index=False)
-        tmp.replace(folder / name)
+    write_atomically(folder / "runs.parquet", lambda tmp: frame.to_parquet(tmp, index=False))
+    write_atomically(folder / "runs.csv", lambda tmp: frame.to_csv(tmp, index=False))
+
+
+def _write_progress(folder: Path, done: int, total: int) -> None:
+    """progress.json: rows are saved after every run, so a stopped sweep says it is incomplete."""
+    status = {"runs_done": done, "runs_total": total, "complete": done == total}
+    write_atomically(folder / PROGRESS_FILE, lambda tmp: tmp.write_text(json.dumps(status)))

@@ -6,7 +6,8 @@ prepared single-partition SELECT per sample, `concurrency` requests in flight
 (`workbench.loaders.inflight`), and a background thread keeps `prefetch_buffers` whole batches ready,
 so the consumer never waits on the network while a batch is complete. Parameter names follow the
 plugin (cassandra_ips, cassandra_port, table, id_col/label_col/data_col, source_uuids, prefetch_buffers,
-io_threads, username/password, use_ssl and ssl_*).
+io_threads, username/password, use_ssl and ssl_*). Login and TLS default to the stack's: settings'
+login, and with settings.tls, use_ssl with ssl_certificate = the stack's CA (settings.ca_file()).
 
 `raw_ceiling` is the backend's ceiling for the benchmark: the plain driver loop, no loader machinery.
 """
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from workbench import catalog
+from workbench.clients import cassandra_error
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
@@ -66,7 +68,8 @@ class CassandraConfig(LoaderConfig):
                                            description="ids to read (default: every id of the split's metadata table)")
     username: str | None = Field(None, description="default: settings.cassandra_username")
     password: SecretStr | None = Field(None, description="default: settings.cassandra_password")
-    use_ssl: bool = False
+    use_ssl: bool | None = Field(None, description="TLS to the native port (default: settings.tls, verifying the "
+                                                   "server against settings.ca_file() and its name)")
     ssl_certificate: str | None = Field(None, description="server certificate (PEM) to verify the server with")
     ssl_own_certificate: str | None = Field(None, description="client certificate (PEM)")
     ssl_own_key: str | None = Field(None, description="client private key (PEM)")
@@ -119,7 +122,7 @@ class CassandraConfig(LoaderConfig):
         tls = {"ssl_certificate": self.ssl_certificate, "ssl_own_certificate": self.ssl_own_certificate,
                "ssl_own_key": self.ssl_own_key, "ssl_own_key_pass": self.ssl_own_key_pass}
         given = [name for name, value in tls.items() if value is not None]
-        if given and not self.use_ssl:
+        if given and self.use_ssl is not True:
             raise ValueError(f"{', '.join(given)} need use_ssl=True")
         if (self.ssl_own_certificate is None) != (self.ssl_own_key is None):
             raise ValueError("ssl_own_certificate and ssl_own_key go together (client authentication)")
@@ -212,18 +215,31 @@ def endpoints(settings: Settings, config: CassandraConfig) -> tuple[list[str], i
     return list(config.cassandra_ips or [settings.host]), port
 
 
-def ssl_context(config: CassandraConfig) -> ssl.SSLContext | None:
-    """TLS as the plugin does it: verify the server against `ssl_certificate` when given, else only encrypt."""
-    if not config.use_ssl:
+def tls_of(settings: Settings, config: CassandraConfig) -> tuple[bool, str | None]:
+    """(use_ssl, ssl_certificate) in effect: the config's when it sets use_ssl, else the stack's (settings.tls)."""
+    if config.use_ssl is not None:
+        return config.use_ssl, config.ssl_certificate
+    return (True, str(settings.ca_file())) if settings.tls else (False, None)
+
+
+def ssl_context(settings: Settings, config: CassandraConfig) -> ssl.SSLContext | None:
+    """TLS as the plugin does it: verify the server against `ssl_certificate` when given, else only encrypt.
+
+    With use_ssl left unset and settings.tls on, the stack's own TLS: its CA, and the server's name
+    checked against the contact point (what `workbench.clients` does).
+    """
+    use_ssl, certificate = tls_of(settings, config)
+    if not use_ssl:
         return None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False  # like the C++ driver's default (peer certificate, no identity check)
-    if config.ssl_certificate:
+    if certificate:
         try:
-            context.load_verify_locations(cafile=config.ssl_certificate)
+            context.load_verify_locations(cafile=certificate)
         except (OSError, ssl.SSLError) as exc:
-            raise WorkbenchError(f"cannot load ssl_certificate {config.ssl_certificate}: {exc}") from exc
+            raise WorkbenchError(f"cannot load ssl_certificate {certificate}: {exc}") from exc
         context.verify_mode = ssl.CERT_REQUIRED
+        context.check_hostname = config.use_ssl is None
     else:
         context.verify_mode = ssl.CERT_NONE
     if config.ssl_own_certificate:
@@ -250,7 +266,8 @@ def make_cluster(settings: Settings, config: CassandraConfig, executor_threads: 
     auth = PlainTextAuthProvider(username, password.get_secret_value()) if username and password else None
     hosts, port = endpoints(settings, config)
     return Cluster(
-        hosts, port=port, auth_provider=auth, ssl_context=ssl_context(config), protocol_version=PROTOCOL_VERSION,
+        hosts, port=port, auth_provider=auth, ssl_context=ssl_context(settings, config),
+        protocol_version=PROTOCOL_VERSION,
         connect_timeout=settings.timeout_s, control_connection_timeout=settings.timeout_s,
         executor_threads=executor_threads,
         # A restarted server (or a reset connection) is found again within a second, not after the
@@ -264,6 +281,7 @@ def make_cluster(settings: Settings, config: CassandraConfig, executor_threads: 
 
 
 def connect(cluster: Cluster, settings: Settings, config: CassandraConfig) -> Session:
+    """The first session; a refused login, a TLS mismatch or an unreachable node as one clear line."""
     from cassandra import AuthenticationFailed
     from cassandra.cluster import NoHostAvailable
 
@@ -271,14 +289,9 @@ def connect(cluster: Cluster, settings: Settings, config: CassandraConfig) -> Se
     where = ", ".join(f"{h}:{port}" for h in hosts)
     try:
         return cluster.connect()
-    except NoHostAvailable as exc:
-        errors = getattr(exc, "errors", None) or {}
-        first = str(next(iter(errors.values()), exc)).splitlines()[0][:200]
-        raise WorkbenchError(
-            f"cannot reach Cassandra at {where}: {first}; is the stack up? (`workbench stack status`)"
-        ) from exc
-    except AuthenticationFailed as exc:
-        raise WorkbenchError(f"Cassandra at {where} refused the credentials: {exc}") from exc
+    except (NoHostAvailable, AuthenticationFailed) as exc:
+        error = cassandra_error(exc, where, tls_of(settings, config)[0], settings.timeout_s)
+        raise error from error.__cause__
 
 
 def prepare(session: Session, layout: Layout) -> PreparedStatement:

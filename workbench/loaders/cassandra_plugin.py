@@ -23,7 +23,7 @@ from pydantic import Field, model_validator
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, LoaderConfig
-from workbench.loaders.cassandra import CassandraConfig, CassandraLoader, endpoints, resolve_layout
+from workbench.loaders.cassandra import CassandraConfig, CassandraLoader, endpoints, resolve_layout, tls_of
 
 PLUGIN_MODULE = "crs4.cassandra_utils"
 PLUGIN_LIBRARY = "libcrs4cassandra.so"  # installed two levels above crs4/cassandra_utils/
@@ -97,7 +97,8 @@ class CassandraPluginLoader(CassandraLoader):
             config = CassandraPluginConfig(**config.model_dump())
         super().__init__(settings, config, worker_id, num_workers)
 
-    def _reader_arguments(self, ids: list[str]) -> dict:
+    def reader_arguments(self, ids: list[str]) -> dict:
+        """fn.crs4.cassandra's arguments for these ids, from our settings (also for native pipelines)."""
         c = self.config
         layout = self._layout or resolve_layout(self.settings, c)
         self._layout = layout
@@ -105,18 +106,22 @@ class CassandraPluginLoader(CassandraLoader):
         username, password = c.username, c.password
         if username is None:
             username, password = self.settings.cassandra_username, self.settings.cassandra_password
+        use_ssl, certificate = tls_of(self.settings, c)  # the stack's CA when use_ssl is left to settings.tls
         arguments = {
             "name": "Reader", "cassandra_ips": hosts, "cassandra_port": port, "table": layout.name,
             "id_col": layout.id_col, "data_col": layout.data_col, "label_type": c.label_type,
             "source_uuids": ids, "shuffle_every_epoch": False, "prefetch_buffers": c.prefetch_buffers,
             "io_threads": c.io_threads, "comm_threads": c.comm_threads, "copy_threads": c.copy_threads,
-            "wait_threads": c.wait_threads, "ooo": False, "use_ssl": c.use_ssl,
+            "wait_threads": c.wait_threads, "ooo": False, "use_ssl": use_ssl,
         }
         if layout.label_col is not None:
             arguments["label_col"] = layout.label_col
-        if username and password:
-            arguments.update(username=username, password=password.get_secret_value())
-        for name in ("ssl_certificate", "ssl_own_certificate", "ssl_own_key"):
+        # fn.crs4.cassandra has no default for username/password and refuses to build without them (seen
+        # on the H100 run, results/gpu); a node without authentication never asks for them.
+        arguments.update(username=username or "", password=password.get_secret_value() if password else "")
+        if certificate:
+            arguments["ssl_certificate"] = certificate
+        for name in ("ssl_own_certificate", "ssl_own_key"):
             if getattr(c, name):
                 arguments[name] = getattr(c, name)
         if c.ssl_own_key_pass is not None:
@@ -126,7 +131,7 @@ class CassandraPluginLoader(CassandraLoader):
     def _pipeline(self, ids: list[str]):
         from nvidia.dali import fn, pipeline_def
 
-        arguments = self._reader_arguments(ids)
+        arguments = self.reader_arguments(ids)
         batch_size = self.config.batch_size
 
         @pipeline_def(batch_size=batch_size, num_threads=self.config.dali_threads, device_id=None,

@@ -18,6 +18,8 @@ retries when the checkpoint was replaced under it.
     with ckpt.writer("run1/epoch3") as f:
         torch.save(model.state_dict(), f)
     state = torch.load(ckpt.reader("run1/epoch3"))
+
+Connections use the settings' Ignite login and, with ``WORKBENCH_TLS=1``, TLS (see `settings_endpoint`).
 """
 
 from __future__ import annotations

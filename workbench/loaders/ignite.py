@@ -34,6 +34,11 @@ by sample id, or an SQL table whose cache is ``SQL_PUBLIC_<TABLE>``):
   split the partitions between them.
 
 ``raw_ceiling(settings, config)`` is the no-framework reference: a plain threaded ``get_all`` loop.
+
+Login and TLS (all three): ``username``/``password`` default to the settings' Ignite login; with
+``WORKBENCH_TLS=1`` every connection uses TLS, the server verified against the stack's CA; IgniteDataset's
+``certfile``/``keyfile``/``cert_password`` add a client certificate. Failed logins, TLS mismatches and
+untrusted certificates end in one WorkbenchError line naming host:port (see `workbench.clients.connect_ignite`).
 """
 
 from __future__ import annotations
@@ -47,11 +52,13 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, SecretStr
 
-from workbench.config import Settings
+from workbench.clients import connect_ignite, ignite_tls_options
+from workbench.config import DEFAULT_CREDENTIALS, Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.inflight import in_flight
@@ -75,16 +82,23 @@ _PARTS = re.compile(r"parts=(\d+)")
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where and how to connect (picklable; each connection is opened by the thread that uses it)."""
+    """Where and how to connect (picklable; each connection is opened by the thread that uses it).
+
+    TLS is on with `tls` (the server verified against `ca_file`) or with a client certificate
+    (`certfile`, `keyfile`, `cert_password`: IgniteDataset's parameters). Secrets stay out of repr().
+    """
 
     host: str
     port: int
     timeout_s: float = 10.0
     username: str | None = None
-    password: str | None = None
+    password: str | None = dataclass_field(default=None, repr=False)
     certfile: str | None = None
     keyfile: str | None = None
-    cert_password: str | None = None
+    cert_password: str | None = dataclass_field(default=None, repr=False)
+    tls: bool = False
+    ca_file: str | None = None
+    dev_mode: bool = False
 
     @property
     def where(self) -> str:
@@ -96,41 +110,38 @@ class Endpoint:
         if self.username:
             kwargs["username"] = self.username
             kwargs["password"] = self.password or ""
-        if self.certfile or self.keyfile:
-            kwargs["use_ssl"] = True
-            if self.certfile:
-                kwargs["ssl_certfile"] = self.certfile
-            if self.keyfile:
-                kwargs["ssl_keyfile"] = self.keyfile
-            if self.cert_password:
-                kwargs["ssl_keyfile_password"] = self.cert_password
+        if self.tls or self.certfile or self.keyfile:
+            kwargs.update(ignite_tls_options(self.ca_file, self.certfile, self.keyfile, self.cert_password))
         return kwargs
 
     def connect(self) -> Client:
         """A connected client, or a WorkbenchError naming host:port (bounded by the timeouts)."""
-        from pyignite import Client
-        from pyignite.exceptions import AuthenticationError, HandshakeError, ParameterError, ReconnectError
-
-        client = Client(**self.client_kwargs())
-        try:
-            client.connect(self.host, self.port)
-        except (ReconnectError, HandshakeError, AuthenticationError, ParameterError, OSError, EOFError) as exc:
-            _close_quietly(client)
+        if not self.dev_mode and (self.username, self.password) == DEFAULT_CREDENTIALS["ignite"]:
             raise WorkbenchError(
-                f"cannot reach Ignite at {self.where}: {type(exc).__name__}: {_first_line(exc)}; "
-                "is the stack up? (`workbench stack status`; check the port, credentials and SSL settings)"
-            ) from exc
-        return client
+                f"Ignite at {self.where}: refusing the well-known default login '{self.username}': use the generated "
+                "one (`workbench init`), or set WORKBENCH_DEV_MODE=1 on a private machine"
+            )
+        return connect_ignite(self.host, self.port, self.client_kwargs())
 
 
 def settings_endpoint(settings: Settings, via_proxy: bool = False, **overrides: Any) -> Endpoint:
-    """The endpoint of the workbench's Ignite (through toxiproxy with `via_proxy`), credentials from settings."""
+    """The endpoint of the workbench's Ignite (through toxiproxy with `via_proxy`): login and TLS from settings."""
+    settings.check_credentials()
     password = settings.ignite_password.get_secret_value() if settings.ignite_password else None
     values: dict[str, Any] = {"host": settings.host, "port": settings.port("ignite", via_proxy),
                               "timeout_s": settings.timeout_s, "username": settings.ignite_username,
-                              "password": password}
+                              "password": password, "tls": settings.tls, "dev_mode": settings.dev_mode,
+                              "ca_file": _ca_file(settings)}
     values.update({k: v for k, v in overrides.items() if v is not None})
     return Endpoint(**values)
+
+
+def _ca_file(settings: Settings) -> str | None:
+    """The CA that verifies the server: the stack's with settings.tls, else WORKBENCH_TLS_CA_FILE if set (used
+    when a client certificate turns TLS on; without either, as TF's IgniteDataset, the server is not verified)."""
+    if settings.tls:
+        return str(settings.ca_file())
+    return str(settings.tls_ca_file) if settings.tls_ca_file else None
 
 
 class _ThreadClients:
@@ -288,8 +299,9 @@ class IgniteLoaderConfig(LoaderConfig):
     local: bool = Field(False, description="scan: only the entries of the node the client is connected to")
     username: str | None = Field(None, description="default: settings.ignite_username")
     password: SecretStr | None = Field(None, description="default: settings.ignite_password")
-    certfile: str | None = Field(None, description="client certificate (PEM): connect with SSL")
-    keyfile: str | None = Field(None, description="client private key (PEM): connect with SSL")
+    certfile: str | None = Field(None, description="client certificate (PEM, may hold the key too): connect with "
+                                                   "SSL (with WORKBENCH_TLS=1 SSL is on anyway, server verified)")
+    keyfile: str | None = Field(None, description="client private key (PEM), when not in certfile")
     cert_password: SecretStr | None = Field(None, description="password of the private key")
     retries: int = Field(RETRIES, ge=0, le=1000, description="re-tries of a get_all batch after a transient failure")
     retry_budget_s: float = Field(30.0, ge=0, description="time limit of one get_all batch and its re-tries")

@@ -373,13 +373,21 @@ class _ClientSpec:
         self.access_key = frozen.access_key if frozen else None
         self.secret_key = frozen.secret_key if frozen else None
         self.token = frozen.token if frozen else None
+        # TLS verification (True, False or a CA bundle path, e.g. the stack's CA): botocore keeps it on the
+        # client's HTTP session only, and without it a worker's client would not trust a private CA.
+        session = getattr(getattr(client, "_endpoint", None), "http_session", None)
+        self.verify = getattr(session, "_verify", None)
 
     def make(self) -> Any:
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint_url, region_name=self.region, config=self.config,
-                            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
-                            aws_session_token=self.token)
+        from workbench.clients import explain_s3_tls_errors
+
+        client = boto3.client("s3", endpoint_url=self.endpoint_url, region_name=self.region, config=self.config,
+                              aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
+                              aws_session_token=self.token, verify=self.verify)
+        explain_s3_tls_errors(client, self.config.connect_timeout or 10.0)
+        return client
 
 
 class _ClientStore(S3Store):

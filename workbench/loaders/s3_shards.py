@@ -252,17 +252,26 @@ def raw_ceiling(settings: Settings, config: LoaderConfig) -> tuple[int, int]:
 
 
 def make_client(url: str, access_key: str, secret_key: str, region: str = "us-east-1", timeout_s: float = 10.0,
-                max_pool_connections: int = 64):
-    """A boto3 S3 client for an endpoint URL, like cortx_pytorch's ``make_client`` (path-style, timeouts)."""
+                max_pool_connections: int = 64, verify: bool | str | None = None):
+    """A boto3 S3 client for an endpoint URL, like cortx_pytorch's ``make_client`` (path-style, timeouts).
+
+    `verify` is boto3's: None/True for the system's CAs, or a CA bundle path (an https stack:
+    ``str(settings.ca_file())``). TLS failures become one clear WorkbenchError (`workbench.clients`).
+    """
     import boto3
     from botocore.config import Config
 
-    return boto3.client(
+    from workbench.clients import explain_s3_tls_errors
+
+    client = boto3.client(
         "s3", endpoint_url=url, aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name=region,
+        verify=verify,
         config=Config(connect_timeout=timeout_s, read_timeout=timeout_s,
                       retries={"max_attempts": 3, "mode": "standard"},
                       max_pool_connections=max_pool_connections, s3={"addressing_style": "path"}),
     )
+    explain_s3_tls_errors(client, timeout_s)
+    return client
 
 
 def __getattr__(name: str):

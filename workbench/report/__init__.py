@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from workbench.report.data import GRID_COLUMNS, METRICS, Context, load, summarise
+from workbench.results import write_atomically
 
 __all__ = ["GRID_COLUMNS", "METRICS", "Context", "build_report", "load", "summarise"]
 
@@ -34,6 +35,4 @@ def build_report(results_dir: Path) -> Path:
 
 
 def _atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))

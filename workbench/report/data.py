@@ -13,6 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.results import PROGRESS_FILE
+
 # Every knob a sweep varies (the keys of SweepConfig.points() plus what run_sweep adds per point).
 GRID_COLUMNS = ("loader", "backend", "rtt_ms", "bandwidth_mbps", "jitter_ms", "shard_maxcount", "shard_maxsize",
                 "concurrency", "prefetch_buffers", "batch_size", "workers", "decode", "compute_ms")
@@ -116,7 +118,7 @@ def load_ceilings(results_dir: Path, frame: pd.DataFrame) -> Ceilings | None:
         own = _ceiling_frame(frame[frame["loader"].astype(str).str.startswith(CEILING_PREFIX)].to_dict("records"))
         if own is not None:
             return Ceilings(own, "this sweep")
-    skip = {"config.json", "environment.json"}
+    skip = {"config.json", "environment.json", PROGRESS_FILE}
     here = sorted((p for p in results_dir.glob("*.json") if p.name not in skip), key=lambda p: p.stat().st_mtime)
     sibling = results_dir.parent / "bench-loaders"
     there = sorted(sibling.glob("*.json"), key=lambda p: p.stat().st_mtime) if sibling.is_dir() else []
@@ -347,4 +349,8 @@ def load(results_dir: Path) -> Context:
     context = Context(results_dir, runs, ok, failed, summary, _read_json(results_dir / "config.json"),
                       _read_json(results_dir / "environment.json"), None)
     context.ceilings = load_ceilings(results_dir, runs)
+    progress = _read_json(results_dir / PROGRESS_FILE)
+    if isinstance(progress, dict) and not progress.get("complete", True):
+        context.notes.append(f"INCOMPLETE: the sweep stopped after {progress.get('runs_done')} of "
+                             f"{progress.get('runs_total')} runs; these numbers are partial")
     return context

@@ -169,6 +169,7 @@ def render(ctx: Context, plots: list[Plot]) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>workbench sweep {escape(ctx.name)}</title>
 <style>{STYLE}</style></head><body>
 <h1>Sweep {escape(ctx.name)}</h1>
+{"".join(f'<p class="failed"><b>{escape(note)}</b></p>' for note in ctx.notes)}
 <p class="caption">{escape(ctx.caption())}</p>
 <p>{runs} run(s) over {len(ctx.summary)} point(s), <span class="{'failed' if failed else ''}">{failed} failed</span>.
 Loaders: {escape(loaders)}. Source: <code>{escape(str(ctx.results_dir))}</code>;

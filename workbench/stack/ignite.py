@@ -1,26 +1,51 @@
-"""Apache Ignite 2.x from Maven Central, one in-memory node with the thin-client protocol on 10800."""
+"""Apache Ignite 2.x from Maven Central: one node, thin-client protocol on 10800, caches in memory.
+
+With a configured login (`workbench init` writes one) the node runs with authentication. Ignite 2.x
+enables authentication only when some data region is persistent, so the node gets one small persistent
+region that no cache uses (it only turns on the persistent metastore where Ignite keeps its users);
+the benchmark caches stay in the in-memory default region. A fresh node of this kind starts inactive
+and knows one user, the well-known ``ignite`` superuser: the first probe logs in with it once to activate
+the cluster, create the configured user and give ``ignite`` a random password nobody keeps, so
+afterwards only the configured login works (see `retire_default_login`).
+
+With settings.tls the thin-client connector speaks TLS only, with the stack's PKCS#12 keystore; the
+keystore password is read by the node from ``keystore.pass`` (mode 600), never written into the XML.
+Discovery and communication listen on their own configured ports and discover only their own node,
+so a second (private) node beside the main one never joins its cluster.
+"""
 
 from __future__ import annotations
 
+import secrets
 import shutil
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+from pydantic import SecretStr
 
 from workbench.clients import ignite_client
+from workbench.config import DEFAULT_CREDENTIALS, Settings
+from workbench.errors import WorkbenchError
 from workbench.stack.java import java_command
 from workbench.stack.provision import maven_fetch
 from workbench.stack.service import Health, Launch, Service
+from workbench.stack.tls import Certificates
+
+DEFAULT_USER, DEFAULT_PASSWORD = DEFAULT_CREDENTIALS["ignite"]
+BOOTSTRAP_PENDING = "bootstrap-pending"  # written at launch, removed once the default login is retired
 
 IGNITE_XML = """\
 <?xml version="1.0" encoding="UTF-8"?>
-<!-- Written by `workbench stack up`: one in-memory Ignite node bound to {host}. -->
+<!-- Written by `workbench stack up`: one Ignite node bound to {host}. -->
 <beans xmlns="http://www.springframework.org/schema/beans"
        xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
        xsi:schemaLocation="http://www.springframework.org/schema/beans
                            http://www.springframework.org/schema/beans/spring-beans.xsd">
   <bean class="org.apache.ignite.configuration.IgniteConfiguration">
     <property name="igniteInstanceName" value="workbench"/>
-    <property name="workDirectory" value="{data}/work"/>
+    <property name="workDirectory" value="{work}"/>
     <property name="localHost" value="{host}"/>
-    <!-- The health probe's cache is static: it starts with the node, so probing never creates a cache
+{authentication}    <!-- The health probe's cache is static: it starts with the node, so probing never creates a cache
          while the node's first partition exchange is still running (that race halted the node). -->
     <property name="cacheConfiguration">
       <list>
@@ -30,12 +55,14 @@ IGNITE_XML = """\
         </bean>
       </list>
     </property>
+    <!-- No legacy TCP connector (11211): clients use the thin-client connector only. -->
+    <property name="connectorConfiguration"><null/></property>
     <property name="clientConnectorConfiguration">
       <bean class="org.apache.ignite.configuration.ClientConnectorConfiguration">
         <property name="host" value="{host}"/>
         <property name="port" value="{port}"/>
         <property name="portRange" value="0"/>
-      </bean>
+{ssl}      </bean>
     </property>
     <property name="dataStorageConfiguration">
       <bean class="org.apache.ignite.configuration.DataStorageConfiguration">
@@ -45,15 +72,16 @@ IGNITE_XML = """\
             <property name="maxSize" value="#{{4L * 1024 * 1024 * 1024}}"/>
           </bean>
         </property>
-      </bean>
+{persistence}      </bean>
     </property>
     <property name="discoverySpi">
       <bean class="org.apache.ignite.spi.discovery.tcp.TcpDiscoverySpi">
         <property name="localAddress" value="{host}"/>
-        <property name="localPort" value="47500"/>
+        <property name="localPort" value="{discovery_port}"/>
+        <property name="localPortRange" value="0"/>
         <property name="ipFinder">
           <bean class="org.apache.ignite.spi.discovery.tcp.ipfinder.vm.TcpDiscoveryVmIpFinder">
-            <property name="addresses"><list><value>{host}:47500..47509</value></list></property>
+            <property name="addresses"><list><value>{host}:{discovery_port}</value></list></property>
           </bean>
         </property>
       </bean>
@@ -61,17 +89,99 @@ IGNITE_XML = """\
     <property name="communicationSpi">
       <bean class="org.apache.ignite.spi.communication.tcp.TcpCommunicationSpi">
         <property name="localAddress" value="{host}"/>
+        <property name="localPort" value="{communication_port}"/>
+        <property name="localPortRange" value="0"/>
       </bean>
     </property>
   </bean>
 </beans>
 """
 
+AUTHENTICATION_XML = """\
+    <!-- Authentication needs a persistent region (see dataStorageConfiguration). Such a cluster starts
+         inactive (clusterStateOnStart does not apply to it): the stack's bootstrap activates it. -->
+    <property name="authenticationEnabled" value="true"/>
+    <!-- No SQL query history: it would keep the text of CREATE/ALTER USER, passwords included, readable by
+         any user in SYS.SQL_QUERIES_HISTORY (Ignite's user statements take no bind parameters). -->
+    <property name="sqlConfiguration">
+      <bean class="org.apache.ignite.configuration.SqlConfiguration">
+        <property name="sqlQueryHistorySize" value="0"/>
+      </bean>
+    </property>
+"""
+
+# A tiny persistent region no cache uses: it only switches on the persistent metastore (Ignite's users).
+# Small WAL segments: the metastore writes a few KB; the default (10 x 64 MB) would preallocate 640 MB.
+PERSISTENCE_XML = """\
+        <property name="dataRegionConfigurations">
+          <list>
+            <bean class="org.apache.ignite.configuration.DataRegionConfiguration">
+              <property name="name" value="workbench_auth"/>
+              <property name="persistenceEnabled" value="true"/>
+              <property name="initialSize" value="#{{32L * 1024 * 1024}}"/>
+              <property name="maxSize" value="#{{32L * 1024 * 1024}}"/>
+            </bean>
+          </list>
+        </property>
+        <property name="walSegments" value="4"/>
+        <property name="walSegmentSize" value="#{{4 * 1024 * 1024}}"/>
+"""
+
+# Thin-client TLS with its own context factory; the keystore password is read from its file at start.
+SSL_XML = """\
+        <property name="sslEnabled" value="true"/>
+        <property name="useIgniteSslContextFactory" value="false"/>
+        <property name="sslClientAuth" value="false"/>
+        <property name="sslContextFactory">
+          <bean class="org.apache.ignite.ssl.SslContextFactory">
+            <property name="keyStoreFilePath" value="{keystore}"/>
+            <property name="keyStoreType" value="PKCS12"/>
+            <property name="keyStorePassword" value="{password}"/>
+            <property name="trustStoreFilePath" value="{truststore}"/>
+            <property name="trustStoreType" value="PKCS12"/>
+            <property name="trustStorePassword" value="{password}"/>
+            <property name="protocols"><list><value>TLSv1.3</value><value>TLSv1.2</value></list></property>
+          </bean>
+        </property>
+"""
+
+
+def _path(path: Path) -> str:
+    """A path as an XML attribute value."""
+    return escape(str(path), {'"': "&quot;"})
+
+
+def _read_file_expression(path: Path) -> str:
+    """A Spring expression the node evaluates to the (stripped) content of `path`: the secret stays in its file."""
+    literal = str(path).replace("'", "''")
+    return escape(f"#{{T(java.nio.file.Files).readString(T(java.nio.file.Path).of('{literal}')).strip()}}",
+                  {'"': "&quot;"})
+
+
+def ignite_xml(settings: Settings, data_dir: Path, health_cache: str, authentication: bool) -> str:
+    """The node's Spring configuration (authentication and TLS sections only when configured)."""
+    ssl = ""
+    if settings.tls:
+        certs = Certificates(settings.certificates_dir())
+        ssl = SSL_XML.format(keystore=_path(certs.keystore), truststore=_path(certs.truststore),
+                             password=_read_file_expression(certs.keystore_password_file))
+    return IGNITE_XML.format(
+        host=settings.host, port=settings.ignite_port, work=_path(data_dir / "work"), health_cache=health_cache,
+        discovery_port=settings.ignite_discovery_port, communication_port=settings.ignite_communication_port,
+        authentication=AUTHENTICATION_XML if authentication else "",
+        persistence=PERSISTENCE_XML.format() if authentication else "", ssl=ssl,
+    )
+
 
 class Ignite(Service):
     name = "ignite"
     version = "2.17.0"
     health_cache = "workbench_health"
+
+    @property
+    def authentication(self) -> bool:
+        """Authentication is on whenever a login is configured (`workbench init` always writes one)."""
+        return bool(self.settings.ignite_username and self.settings.ignite_password)
 
     def provision(self) -> None:
         maven_fetch(self.name, self.home, [
@@ -81,12 +191,19 @@ class Ignite(Service):
         ])
 
     def launch(self) -> Launch:
-        # An in-memory node keeps nothing across restarts: every start begins with a clean work dir.
+        # Nothing is kept across restarts (the persistent region holds only the users): every start
+        # begins with a clean work dir, so the login is bootstrapped again (see `bootstrap`).
         shutil.rmtree(self.data_dir / "work", ignore_errors=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.data_dir / "ignite.xml"
-        config.write_text(IGNITE_XML.format(host=self.settings.host, port=self.settings.ignite_port,
-                                            data=self.data_dir, health_cache=self.health_cache))
+        config.touch(mode=0o600, exist_ok=True)
+        config.chmod(0o600)
+        config.write_text(ignite_xml(self.settings, self.data_dir, self.health_cache, self.authentication))
+        pending = self.data_dir / BOOTSTRAP_PENDING
+        if self.authentication:
+            pending.touch()
+        else:
+            pending.unlink(missing_ok=True)
         props = {
             "IGNITE_HOME": str(self.data_dir),
             "IGNITE_QUIET": "true",
@@ -94,15 +211,24 @@ class Ignite(Service):
             "IGNITE_UPDATE_NOTIFIER": "false",
             "IGNITE_PERFORMANCE_SUGGESTIONS_DISABLED": "true",
             "IGNITE_NO_SHUTDOWN_HOOK": "false",
+            "IGNITE_TO_STRING_INCLUDE_SENSITIVE": "false",  # no key/value contents in the node's log
         }
         command = java_command([self.home / "lib" / "*"], "org.apache.ignite.startup.cmdline.CommandLineStartup",
                                "1G", props, args=[str(config)])
         return Launch(command, cwd=self.data_dir)
 
     def ports(self) -> dict[str, int]:
-        return {"thin": self.settings.ignite_port}
+        s = self.settings
+        return {"thin": s.ignite_port, "discovery": s.ignite_discovery_port,
+                "communication": s.ignite_communication_port}
 
     def probe(self) -> Health:
+        """A put/get with the configured login (after retiring the default login of a fresh node)."""
+        if self.authentication:
+            self.bootstrap()
+            if self._accepts_anonymous():
+                return Health(False, detail="the node runs without authentication (started before a login was "
+                                            "configured): `workbench stack down ignite && workbench stack up ignite`")
         with ignite_client(self.settings) as client:
             cache = client.get_cache(self.health_cache)  # static (see the XML): never created by a probe
             cache.put("probe", b"ok")
@@ -110,3 +236,90 @@ class Ignite(Service):
                 return Health(False, detail="put/get returned a different value")
             version = ".".join(str(v) for v in client.protocol_context.version)
         return Health(True, version=f"{self.version} (thin protocol {version})")
+
+    def _accepts_anonymous(self) -> bool:
+        """True when a client without a login gets in (a node started without authentication)."""
+        anonymous = self.settings.model_copy(update={"ignite_username": None, "ignite_password": None})
+        try:
+            with ignite_client(anonymous):
+                return True
+        except WorkbenchError as exc:
+            if "requires a login" in str(exc):
+                return False
+            raise
+
+    def bootstrap(self) -> None:
+        """Once per start of a node with authentication: `retire_default_login` (the marker says it is due).
+
+        A compose node is started by docker, not by us, so no marker exists: there every probe tries the
+        default login, which costs one refused handshake once the login has been retired.
+        """
+        pending = self.data_dir / BOOTSTRAP_PENDING
+        if pending.exists() or self.settings.stack != "local":
+            retire_default_login(self.settings)
+            pending.unlink(missing_ok=True)
+
+
+def retire_default_login(settings: Settings) -> bool:
+    """As the default superuser of a fresh node: activate the cluster, create the configured user, then give
+    the default user a random password nobody keeps. Returns False when the default login is refused already.
+
+    Idempotent (a user that exists gets its password set). For any node with authentication: the local
+    stack runs it at each start; a compose stack can run it once its Ignite is up.
+    """
+    from pyignite.datatypes import ClusterState
+
+    user = settings.ignite_username
+    password = settings.ignite_password.get_secret_value() if settings.ignite_password else ""
+    if (user, password) == (DEFAULT_USER, DEFAULT_PASSWORD):  # dev_mode asked for the default login
+        return False
+    if not user or '"' in user or len(user.encode()) > 60:  # Ignite's limit; the name is quoted in SQL
+        raise WorkbenchError(f"WORKBENCH_IGNITE_USERNAME {user!r} is not a valid Ignite user name: use at most "
+                             "60 bytes and no double quote")
+    default = settings.model_copy(update={
+        "ignite_username": DEFAULT_USER, "ignite_password": SecretStr(DEFAULT_PASSWORD), "dev_mode": True})
+    try:
+        with ignite_client(default) as client:
+            client.get_cluster().set_state(ClusterState.ACTIVE)
+            _set_login(client, user, password)
+            if user != DEFAULT_USER:
+                _alter_user(client, DEFAULT_USER, secrets.token_urlsafe(24))  # kept nowhere
+    except WorkbenchError as exc:
+        if "refused the login" in str(exc):
+            return False
+        raise  # e.g. not up yet: the next probe tries again
+    return True
+
+
+def _quoted(password: str) -> str:
+    """An SQL string literal."""
+    return "'" + password.replace("'", "''") + "'"
+
+
+def _run(client, statement: str, secret: str) -> None:
+    """Run one user-management statement; an error never repeats the statement (it holds `secret`)."""
+    from pyignite.exceptions import SQLError
+
+    try:
+        with client.sql(statement) as cursor:
+            list(cursor)
+    except SQLError as exc:
+        reason = str(exc).replace(secret.replace("'", "''"), "***").replace(secret, "***").splitlines()[0][:200]
+        raise WorkbenchError(f"Ignite: {' '.join(statement.split()[:3])} ... failed: {reason}") from None
+
+
+def _alter_user(client, user: str, password: str) -> None:
+    _run(client, f'ALTER USER "{user}" WITH PASSWORD {_quoted(password)}', password)
+
+
+def _set_login(client, user: str, password: str) -> None:
+    """Create `user` with `password`, or set its password when it exists already."""
+    if user == DEFAULT_USER:
+        _alter_user(client, user, password)
+        return
+    try:
+        _run(client, f'CREATE USER "{user}" WITH PASSWORD {_quoted(password)}', password)
+    except WorkbenchError as exc:
+        if "already exists" not in str(exc):
+            raise
+        _alter_user(client, user, password)

@@ -66,17 +66,22 @@ class Certificates:
         return all(f.is_file() for f in files)
 
 
-def ensure_certificates(settings: Settings) -> Certificates:
-    """The stack's certificates, generated once (a CA, then a server certificate it signs)."""
+def ensure_certificates(settings: Settings, extra_hosts: tuple[str, ...] = ()) -> Certificates:
+    """The stack's certificates, generated once (a CA, then a server certificate it signs).
+
+    The server certificate names localhost, 127.0.0.1, settings.host and `extra_hosts` (compose's
+    service names, which the containers use to reach each other); it is made anew when one is missing.
+    """
     certs = Certificates(settings.certificates_dir())
-    if certs.complete() and _covers(certs.server_cert, settings.host):
+    hosts = (settings.host, *extra_hosts)
+    if certs.complete() and all(_covers(certs.server_cert, host) for host in hosts):
         return certs
     certs.root.mkdir(parents=True, exist_ok=True)
     certs.root.chmod(0o700)
     ca_key = _new_key()
     ca = _certificate(_name("workbench local CA"), ca_key, _name("workbench local CA"), ca_key, is_ca=True)
     server_key = _new_key()
-    server = _certificate(_name(settings.host), server_key, ca.subject, ca_key, is_ca=False, host=settings.host)
+    server = _certificate(_name(settings.host), server_key, ca.subject, ca_key, is_ca=False, hosts=hosts)
     password = secrets.token_urlsafe(18)
 
     _write(certs.ca_cert, ca.public_bytes(serialization.Encoding.PEM))
@@ -113,7 +118,7 @@ def _name(common_name: str) -> x509.Name:
 
 
 def _certificate(subject: x509.Name, key: rsa.RSAPrivateKey, issuer: x509.Name, issuer_key: rsa.RSAPrivateKey,
-                 is_ca: bool, host: str | None = None) -> x509.Certificate:
+                 is_ca: bool, hosts: tuple[str, ...] = ()) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC)
     builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
                .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
@@ -126,12 +131,13 @@ def _certificate(subject: x509.Name, key: rsa.RSAPrivateKey, issuer: x509.Name, 
             decipher_only=False), critical=True)
     else:
         names: list[x509.GeneralName] = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-        try:
-            address = x509.IPAddress(ipaddress.ip_address(host))
-            if address not in names:
-                names.append(address)
-        except ValueError:
-            names.append(x509.DNSName(host))
+        for host in hosts:
+            try:
+                name: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(host))
+            except ValueError:
+                name = x509.DNSName(host)
+            if name not in names:
+                names.append(name)
         builder = (builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
                    .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
                                                          ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))

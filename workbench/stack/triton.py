@@ -2,6 +2,10 @@
 
 It runs python-backend models on CPU, and on a GPU when one is present. The Python backend needs the
 stub built for the running interpreter, so the stack assembles a backend folder in its state dir.
+
+With settings.tls the gRPC endpoint speaks TLS only (the stack's PEM certificate and key). Triton's
+HTTP endpoint has no TLS of its own: it stays plain and bound to settings.host (127.0.0.1 by default),
+so it is reachable from this machine only; put a TLS proxy in front of it to expose it. Metrics likewise.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ from pathlib import Path
 
 import requests
 
+from workbench.clients import triton_client
 from workbench.errors import WorkbenchError
 from workbench.stack.service import Health, Launch, Service
+from workbench.stack.tls import Certificates
 
 
 def pytriton_root() -> Path:
@@ -66,15 +72,26 @@ class Triton(Service):
         if s.cassandra_username and s.cassandra_password:
             env["WORKBENCH_CASSANDRA_USERNAME"] = s.cassandra_username
             env["WORKBENCH_CASSANDRA_PASSWORD"] = s.cassandra_password.get_secret_value()
+        env["WORKBENCH_TLS"] = "true" if s.tls else "false"  # Cassandra's TLS: the CA only, never a keystore
+        if s.tls:
+            env["WORKBENCH_TLS_CA_FILE"] = str(s.ca_file())
         command = [
             str(pytriton_root() / "bin" / "tritonserver"), f"--model-repository={repository}",
             f"--backend-directory={self.data_dir / 'backends'}",
             f"--http-address={s.host}", f"--http-port={s.triton_http_port}",
             f"--grpc-address={s.host}", f"--grpc-port={s.triton_grpc_port}",
             f"--metrics-address={s.host}", f"--metrics-port={s.triton_metrics_port}",
-            "--exit-on-error=false", "--log-verbose=0",
+            "--exit-on-error=false", "--log-verbose=0", *self._grpc_tls_flags(),
         ]
         return Launch(command, env=env, cwd=self.data_dir)
+
+    def _grpc_tls_flags(self) -> list[str]:
+        """gRPC over TLS with the stack's PEM files (server authentication only: clients need no certificate)."""
+        if not self.settings.tls:
+            return []
+        certs = Certificates(self.settings.certificates_dir())
+        return ["--grpc-use-ssl=true", f"--grpc-server-cert={certs.server_cert}",
+                f"--grpc-server-key={certs.server_key}", f"--grpc-root-cert={certs.ca_cert}"]
 
     def ports(self) -> dict[str, int]:
         s = self.settings
@@ -86,4 +103,14 @@ class Triton(Service):
         meta = requests.get(f"{base}/v2", timeout=self.settings.timeout_s).json()
         if ready.status_code != 200:
             return Health(False, meta.get("version", ""), f"not ready (HTTP {ready.status_code})")
+        if self.settings.tls and not self._grpc_ready():
+            return Health(False, meta.get("version", ""), "HTTP ready, gRPC over TLS not ready")
         return Health(True, version=meta.get("version", ""))
+
+    def _grpc_ready(self) -> bool:
+        """gRPC answers over TLS, verified against the stack's CA (a broken certificate shows up here)."""
+        client = triton_client(self.settings, "grpc")
+        try:
+            return client.is_server_ready(client_timeout=self.settings.timeout_s)
+        finally:
+            client.close()

@@ -4,7 +4,8 @@ This is the server-side read of cassandra-dali-plugin's Triton example: clients 
 ~110 KB images. The table follows the workbench layout (`data_<split>(id uuid PRIMARY KEY, label, data)`).
 
 * Connection settings are the workbench's, from the server's environment (`WORKBENCH_HOST`,
-  `WORKBENCH_CASSANDRA_PORT`, `WORKBENCH_CASSANDRA_USERNAME`/`_PASSWORD`, `WORKBENCH_TIMEOUT_S`); the
+  `WORKBENCH_CASSANDRA_PORT`, `WORKBENCH_CASSANDRA_USERNAME`/`_PASSWORD`, `WORKBENCH_TIMEOUT_S`,
+  `WORKBENCH_TLS` and `WORKBENCH_TLS_CA_FILE`: TLS verified against that CA, host name included); the
   stack exports them when it starts Triton. The password is never logged.
 * The model connects lazily (at the first request, again after a failure), so it loads, and the server
   is ready, even while Cassandra is still starting; requests then get a clear UNAVAILABLE error.
@@ -21,6 +22,7 @@ import contextlib
 import json
 import os
 import re
+import ssl
 import sys
 import threading
 import uuid
@@ -110,6 +112,8 @@ class TritonPythonModel:
         self.timeout_s = float(os.environ.get("WORKBENCH_TIMEOUT_S", "10"))
         self.username = os.environ.get("WORKBENCH_CASSANDRA_USERNAME") or None
         self._password = os.environ.get("WORKBENCH_CASSANDRA_PASSWORD") or None
+        self.tls = os.environ.get("WORKBENCH_TLS", "").strip().lower() in ("1", "true", "yes", "on")
+        self.ca_file = os.environ.get("WORKBENCH_TLS_CA_FILE") or None
         self.cluster = None
         self.session = None
         self.statements: dict[str, tuple] = {}  # table -> (prepared statement, has label column)
@@ -117,7 +121,8 @@ class TritonPythonModel:
         import cassandra  # noqa: F401 - fail at load, with a clear message, when the driver is missing
 
         pb_utils.Logger.log_info(
-            f"cassandra_fetch: {self.host}:{self.port} table {self.table} (auth: {'yes' if self.username else 'no'}), "
+            f"cassandra_fetch: {self.host}:{self.port} table {self.table} (auth: {'yes' if self.username else 'no'}, "
+            f"tls: {'yes' if self.tls else 'no'}), "
             "connecting at the first request"
         )
 
@@ -138,8 +143,13 @@ class TritonPythonModel:
         if self.session is not None:
             return self.session
         auth = PlainTextAuthProvider(self.username, self._password) if self.username and self._password else None
+        try:  # CERT_REQUIRED and a host name check, against the stack's CA (the system's CAs without one)
+            context = ssl.create_default_context(cafile=self.ca_file) if self.tls else None
+        except (OSError, ssl.SSLError) as exc:
+            raise RequestError(f"cassandra_fetch: TLS CA file {self.ca_file} is unusable: {_first_line(exc)}",
+                               "UNAVAILABLE") from exc
         cluster = Cluster(
-            [self.host], port=self.port, auth_provider=auth, protocol_version=PROTOCOL_VERSION,
+            [self.host], port=self.port, auth_provider=auth, protocol_version=PROTOCOL_VERSION, ssl_context=context,
             connect_timeout=self.timeout_s, control_connection_timeout=self.timeout_s,
             execution_profiles={EXEC_PROFILE_DEFAULT: ExecutionProfile(
                 load_balancing_policy=RoundRobinPolicy(), request_timeout=self.timeout_s)},

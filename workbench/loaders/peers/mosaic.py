@@ -14,7 +14,8 @@ both layouts share the prefix (it removes every non-shard key there).
 How streaming reaches MinIO: its S3 up/downloaders make a plain ``boto3.session.Session().client("s3",
 endpoint_url=os.environ["S3_ENDPOINT_URL"])`` — endpoint and credentials only come from the environment.
 So ``S3_ENDPOINT_URL`` (``settings.s3_endpoint(via_proxy)``), ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``
-(Settings; never logged) and ``AWS_DEFAULT_REGION`` are set in this process when writing or connecting.
+(Settings; never logged) and ``AWS_DEFAULT_REGION`` are set in this process when writing or connecting;
+with settings.tls also ``AWS_CA_BUNDLE`` (the system's CAs plus the stack's, `peers.trust_bundle`).
 They are process-global, and a dataset keeps the client it made when it read the index: two loaders in
 one process with different ``via_proxy`` must not be built at the same moment (the construction holds
 a lock). Path-style addressing follows from the endpoint being an IP address (botocore's rule).
@@ -68,6 +69,7 @@ from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard
+from workbench.loaders.peers import trust_stack_ca
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +141,7 @@ def _set_streaming_env(settings: Settings, via_proxy: bool) -> None:
     os.environ["AWS_SECRET_ACCESS_KEY"] = secret
     os.environ["AWS_DEFAULT_REGION"] = settings.s3_region
     os.environ.pop("AWS_SESSION_TOKEN", None)
+    trust_stack_ca(settings, "AWS_CA_BUNDLE")  # https endpoint: streaming's clients take no verify= argument
 
 
 @contextlib.contextmanager

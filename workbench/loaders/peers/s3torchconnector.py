@@ -25,6 +25,10 @@ Connection: ``endpoint=settings.s3_endpoint(via_proxy)``, ``region=settings.s3_r
 profile or ``unsigned``): the CRT default chain reads ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``,
 which are set in this process from Settings when the loader connects (never logged). They are
 process-global: every s3torchconnector client in the process uses the same MinIO keys.
+
+TLS (settings.tls): s3torchconnector has no CA option (awslabs/s3-connector-for-pytorch#409), but its
+CRT client reads ``SSL_CERT_FILE`` when a client is made; it is set in this process to the system's CAs
+plus the stack's (`workbench.loaders.peers.trust_bundle`) before the first client exists.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.inflight import in_flight
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
+from workbench.loaders.peers import trust_stack_ca
 
 MANIFEST = "manifest.txt"
 JOURNAL = "_journal"
@@ -140,6 +145,7 @@ class S3TorchConnectorPeer(Loader):
             os.environ["AWS_ACCESS_KEY_ID"] = access
             os.environ["AWS_SECRET_ACCESS_KEY"] = secret
             os.environ.pop("AWS_SESSION_TOKEN", None)  # MinIO root keys have none; a stale one would be sent
+            trust_stack_ca(self.settings, "SSL_CERT_FILE")  # the CRT's only way to a CA (before its client exists)
             self._entries = self._read_entries(connector)
             dataset = connector.S3MapDataset.from_objects(
                 [self._uri(key) for key, _, _ in self._entries], **self._kwargs())

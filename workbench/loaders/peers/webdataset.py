@@ -25,6 +25,9 @@ One epoch of one reader (rank x DataLoader worker):
 parallelism is DataLoader workers (run it with workers for a like-for-like comparison).
 Errors (curl failures, a damaged tar) surface as one-line WorkbenchErrors with the URL's query string
 (the signature and the access key id) removed.
+
+TLS (settings.tls): the URLs are https; curl takes no CA from webdataset, so ``CURL_CA_BUNDLE`` is set in
+this process to the system's CAs plus the stack's (`workbench.loaders.peers.trust_bundle`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from workbench.data import ID_ENTRY, META_ENTRIES, ShardInfo
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
+from workbench.loaders.peers import trust_stack_ca
 
 BLOB_LABEL_ENTRIES = ("seg.png", "png", "npy", "lbl")  # as written by workbench.data.shards
 _QUERY = re.compile(r"\?[^\s'\"\]]*")
@@ -113,6 +117,7 @@ class WebDatasetPeer(Loader):
         if not urls:
             return None
         c = self.config
+        trust_stack_ca(self.settings, "CURL_CA_BUNDLE")  # webdataset's curl verifies the stack's https URLs
         dataset = wds.WebDataset(urls, shardshuffle=False, nodesplitter=None, workersplitter=None,
                                  empty_check=False, seed=0)
         if c.shuffle and c.shuffle_buffer > 1:

@@ -296,7 +296,7 @@ def test_cassandra_failures_become_one_clear_line(clean_env):
 def test_s3_tls_failures_become_one_clear_permanent_line():
     from botocore.exceptions import SSLError
 
-    from workbench.clients import _S3TLSErrors
+    from workbench.clients.s3 import _S3TLSErrors
 
     handler = _S3TLSErrors("https://127.0.0.1:9000", 1.0)
     for text, expected in (

@@ -11,6 +11,7 @@
 #   bash results/gpu/run.sh setup decode       # there: install, start Cassandra, ingest, decode benches
 #   bash results/gpu/run.sh train sweep        # there: ResNet-50 training fed from Cassandra; RTT sweep
 #   bash results/gpu/run.sh setup workers      # there (a second machine): our loader in worker processes
+#   bash results/gpu/run.sh setup0 secure      # there (a third): plugin + our loader over TLS with a login
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PAYLOAD=${PAYLOAD:-/tmp/payload}
@@ -64,6 +65,11 @@ torch.cuda.get_device_name())" | tee -a "$OUT/gpu.txt"
   wb ingest --source "synthetic:$COUNT" --backend cassandra 2>&1 | tail -3 | tee "$OUT/ingest.txt"
 }
 
+stage_setup0() {  # install only (the secure stage starts its own nodes)
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$PAYLOAD"/whl/*.whl
+}
+
 stage_decode() {
   local rows=$OUT/decode.jsonl
   for decode in none cpu mixed; do
@@ -91,6 +97,31 @@ stage_workers() {  # our loader fetching in worker processes (ProcessBatchSource
   done
   python3 -m pipelines.train_torch --loader cassandra --dataset $DATASET --decode dali --dali-threads 8 \
     --fetch-workers 8 --steps 200 --batch-size 256 --results-dir "$OUT/train" -o concurrency=16
+}
+
+stage_secure() {  # the real plugin and our loader against a Cassandra with a login and TLS only
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$PAYLOAD"/extra/*.whl
+  local password; password=$(python3 -c "import secrets; print(secrets.token_urlsafe(18))")
+  ( export WORKBENCH_TLS=1 WORKBENCH_STATE_DIR=/tmp/stack-secure WORKBENCH_CASSANDRA_USERNAME=workbench \
+           WORKBENCH_CASSANDRA_PASSWORD=$password
+    wb stack up cassandra
+    wb ingest --source synthetic:2000 --backend cassandra 2>&1 | tail -2 | tee "$OUT/ingest-secure.txt"
+    for decode in none mixed; do
+      python3 -m pipelines.decode_bench --loader cassandra-plugin --native --dataset synthetic-classification-2000-s0 \
+        --decode $decode --threads 8 --results "$OUT/secure.jsonl" -o batch_size=128 -o io_threads=4
+      python3 -m pipelines.decode_bench --loader cassandra --dataset synthetic-classification-2000-s0 \
+        --decode $decode --threads 8 --results "$OUT/secure.jsonl" -o batch_size=128 -o concurrency=32
+    done
+    grep -rl "$password" /tmp/stack-secure "$OUT" 2>/dev/null | sed 's/^/SECRET FOUND IN /' || echo "password in no output"
+  )
+  # a node without authentication: the plugin gets empty username/password from our loader and must build
+  ( export WORKBENCH_STATE_DIR=/tmp/stack-plain WORKBENCH_CASSANDRA_PORT=9242 WORKBENCH_CASSANDRA_STORAGE_PORT=7100 \
+           WORKBENCH_CASSANDRA_JMX_PORT=7299
+    wb stack up cassandra
+    wb ingest --source synthetic:500 --backend cassandra 2>&1 | tail -1
+    python3 -m pipelines.decode_bench --loader cassandra-plugin --native --dataset synthetic-classification-500-s0 \
+      --decode none --epochs 1 --results "$OUT/plain-plugin.jsonl" -o batch_size=128
+  )
 }
 
 stage_sweep() {

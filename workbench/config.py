@@ -151,15 +151,20 @@ class Settings(BaseSettings):
                 )
 
 
+# Settings fields that form one login each: ensure_credentials writes a fresh pair when either is unset.
+LOGINS = [("s3_access_key", "s3_secret_key"), ("cassandra_username", "cassandra_password"),
+          ("ignite_username", "ignite_password")]
+
+
 def generated_credentials() -> dict[str, str]:
-    """Fresh random logins for every service (user names are not secret, passwords are)."""
+    """Fresh random logins for every service, by settings field (user names are not secret, passwords are)."""
     return {
-        "WORKBENCH_S3_ACCESS_KEY": f"wb-{secrets.token_hex(6)}",
-        "WORKBENCH_S3_SECRET_KEY": secrets.token_urlsafe(24),
-        "WORKBENCH_CASSANDRA_USERNAME": "workbench",
-        "WORKBENCH_CASSANDRA_PASSWORD": secrets.token_urlsafe(24),
-        "WORKBENCH_IGNITE_USERNAME": "workbench",
-        "WORKBENCH_IGNITE_PASSWORD": secrets.token_urlsafe(24),
+        "s3_access_key": f"wb-{secrets.token_hex(6)}",
+        "s3_secret_key": secrets.token_urlsafe(24),
+        "cassandra_username": "workbench",
+        "cassandra_password": secrets.token_urlsafe(24),
+        "ignite_username": "workbench",
+        "ignite_password": secrets.token_urlsafe(24),
     }
 
 
@@ -170,19 +175,11 @@ def ensure_credentials(env_file: Path = ENV_FILE) -> bool:
     outside the code, where docker compose finds them too. Returns True when it wrote new ones.
     """
     current = Settings(_env_file=env_file)
-    configured = {
-        "WORKBENCH_S3_ACCESS_KEY": current.s3_access_key, "WORKBENCH_S3_SECRET_KEY": current.s3_secret_key,
-        "WORKBENCH_CASSANDRA_USERNAME": current.cassandra_username,
-        "WORKBENCH_CASSANDRA_PASSWORD": current.cassandra_password,
-        "WORKBENCH_IGNITE_USERNAME": current.ignite_username, "WORKBENCH_IGNITE_PASSWORD": current.ignite_password,
-    }
-    pairs = [("WORKBENCH_S3_ACCESS_KEY", "WORKBENCH_S3_SECRET_KEY"),
-             ("WORKBENCH_CASSANDRA_USERNAME", "WORKBENCH_CASSANDRA_PASSWORD"),
-             ("WORKBENCH_IGNITE_USERNAME", "WORKBENCH_IGNITE_PASSWORD")]
-    fresh = generated_credentials()
-    missing = [name for pair in pairs if any(configured[n] is None for n in pair) for name in pair]
+    missing = [f"WORKBENCH_{field.upper()}" for pair in LOGINS if any(getattr(current, f) is None for f in pair)
+               for field in pair]
     if not missing:
         return False
+    fresh = {f"WORKBENCH_{field.upper()}": value for field, value in generated_credentials().items()}
     lines = env_file.read_text().splitlines() if env_file.exists() else []
     lines = [line for line in lines if line.split("=", 1)[0] not in missing]
     lines += [f"{name}={fresh[name]}" for name in missing]

@@ -47,10 +47,10 @@ def _private(root: Path, **update) -> Settings:
     fresh = generated_credentials()
     base = {
         **PORTS, "state_dir": root / "state", "tls_dir": root / "tls", "timeout_s": 3.0, "stack": "local",
-        "cassandra_username": fresh["WORKBENCH_CASSANDRA_USERNAME"],
-        "cassandra_password": SecretStr(fresh["WORKBENCH_CASSANDRA_PASSWORD"]),
-        "s3_access_key": SecretStr(fresh["WORKBENCH_S3_ACCESS_KEY"]),
-        "s3_secret_key": SecretStr(fresh["WORKBENCH_S3_SECRET_KEY"]),
+        "cassandra_username": fresh["cassandra_username"],
+        "cassandra_password": SecretStr(fresh["cassandra_password"]),
+        "s3_access_key": SecretStr(fresh["s3_access_key"]),
+        "s3_secret_key": SecretStr(fresh["s3_secret_key"]),
         "ignite_username": None, "ignite_password": None, "tls": True, "dev_mode": False,
     }
     return Settings(_env_file=None).model_copy(update={**base, **update})

@@ -206,6 +206,7 @@ def test_ignite_crash_mid_epoch_stops_with_a_clear_error(stack, dataset, toxi):
     assert killed and all(r.healthy for r in rows)
     message = str(error.value)
     assert "\n" not in message and dataset_name.lower() in message.lower(), message
+    assert "no longer exists" in message and "re-run the ingest" in message, message
     assert sum(keys.values()) < sum(expected.values()) and max(keys.values()) == 1  # short, never duplicated
 
 

@@ -410,6 +410,11 @@ class IgniteLoader(Loader):
             if is_transient(exc) or isinstance(exc, OSError | EOFError):  # pyignite: OSError("Connection broken.")
                 # RetryPolicy re-submits the same keys on a new connection
                 raise ConnectionError(f"Ignite connection lost: {type(exc).__name__}: {_first_line(exc)}") from exc
+            if "Cache does not exist" in str(exc):
+                raise WorkbenchError(
+                    f"Ignite cache {self.cache_name} at {self.endpoint.where} no longer exists (the node restarted? "
+                    f"its caches live in memory): re-run the ingest of '{self.config.dataset}' into ignite"
+                ) from exc
             raise WorkbenchError(
                 f"get_all of {len(keys)} keys from Ignite cache {self.cache_name} at {self.endpoint.where} failed: "
                 f"{type(exc).__name__}: {_first_line(exc)}"

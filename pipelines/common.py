@@ -11,6 +11,7 @@ the fed run and the ceiling.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import math
 import time
@@ -345,6 +346,44 @@ def loader_options(pairs: list[str] | None) -> dict[str, Any]:
         except json.JSONDecodeError:
             options[key.strip()] = value
     return options
+
+
+def blob_label_parser(prog: str, description: str, kind: str, num_classes_help: str,
+                      **model_argument: Any) -> argparse.ArgumentParser:
+    """The CLI of the pipelines whose labels are blobs (segmentation masks, multi-hot vectors)."""
+    from workbench.loaders import LOADERS
+
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--loader", default="cassandra", choices=sorted(LOADERS))
+    p.add_argument("--ingest", type=int, default=0, metavar="N",
+                   help=f"first ingest N synthetic {kind} samples (label_type blob) under --dataset")
+    p.add_argument("--mean-kb", type=float, default=110.0, help="--ingest: mean JPEG size")
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--model", default=None, **model_argument)
+    p.add_argument("--size", type=int, default=None)
+    p.add_argument("--num-classes", type=int, default=10, help=num_classes_help)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="loader setting")
+    p.add_argument("--results-dir", default=None)
+    return p
+
+
+def blob_label_main(args: argparse.Namespace, kind: str, train: Callable[..., dict]) -> dict:
+    """Ingest first when asked (--ingest N), then train: the main of the blob-label pipelines."""
+    from workbench.config import Settings
+
+    settings = Settings()
+    if args.ingest:
+        ingest_synthetic(args.loader, settings, args.dataset, args.ingest, kind, args.num_classes, args.mean_kb,
+                         label_type="blob")
+    return train(args.dataset, settings, steps=args.steps, batch_size=args.batch_size, loader=args.loader,
+                 model=args.model, size=args.size, num_classes=args.num_classes, workers=args.workers,
+                 threads=args.threads, warmup=args.warmup, results_dir=args.results_dir,
+                 **loader_options(args.option))
 
 
 def run_cli(main: Callable[[list[str]], Any], argv: list[str]) -> None:

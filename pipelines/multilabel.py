@@ -25,11 +25,11 @@ from torch import nn
 
 from pipelines.common import (
     TrainStep,
+    blob_label_main,
+    blob_label_parser,
     build_classifier,
     default_model,
     default_warmup,
-    ingest_synthetic,
-    loader_options,
     no_io_ceiling,
     pick_device,
     ratio_of,
@@ -130,40 +130,13 @@ def train(dataset: str, settings=None, steps: int = 20, batch_size: int | None =
 
 
 def parser() -> argparse.ArgumentParser:
-    from workbench.loaders import LOADERS
-
-    p = argparse.ArgumentParser(prog="python -m pipelines.multilabel", description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--loader", default="cassandra", choices=sorted(LOADERS))
-    p.add_argument("--ingest", type=int, default=0, metavar="N",
-                   help="first ingest N synthetic multilabel samples (label_type blob) under --dataset")
-    p.add_argument("--mean-kb", type=float, default=110.0, help="--ingest: mean JPEG size")
-    p.add_argument("--steps", type=int, default=50)
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--model", default=None,
-                   help="tiny or a torchvision classifier (default: resnet50 GPU, resnet18 CPU)")
-    p.add_argument("--size", type=int, default=None)
-    p.add_argument("--num-classes", type=int, default=10, help="length of the multi-hot vectors (synthetic: 10)")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--warmup", type=int, default=None)
-    p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="loader setting")
-    p.add_argument("--results-dir", default=None)
-    return p
+    return blob_label_parser("python -m pipelines.multilabel", __doc__.split("\n\n")[0], "multilabel",
+                             "length of the multi-hot vectors (synthetic: 10)",
+                             help="tiny or a torchvision classifier (default: resnet50 GPU, resnet18 CPU)")
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from workbench.config import Settings
-
-    args = parser().parse_args(argv)
-    settings = Settings()
-    if args.ingest:
-        ingest_synthetic(args.loader, settings, args.dataset, args.ingest, "multilabel", args.num_classes,
-                         args.mean_kb, label_type="blob")
-    return train(args.dataset, settings, steps=args.steps, batch_size=args.batch_size, loader=args.loader,
-                 model=args.model, size=args.size, num_classes=args.num_classes, workers=args.workers,
-                 threads=args.threads, warmup=args.warmup, results_dir=args.results_dir,
-                 **loader_options(args.option))
+    return blob_label_main(parser().parse_args(argv), "multilabel", train)
 
 
 if __name__ == "__main__":

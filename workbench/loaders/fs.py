@@ -34,7 +34,7 @@ from workbench.config import Settings
 from workbench.data import ID_ENTRY, ShardInfo, read_index, read_shard
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
-from workbench.loaders.inflight import in_flight
+from workbench.loaders.inflight import LazyPool, in_flight
 from workbench.loaders.order import effective_shard, epoch_order, shuffle_buffer, take_shard
 
 log = logging.getLogger(__name__)
@@ -71,18 +71,16 @@ class FilesystemLoader(Loader):
         self._root: Path | None = None
         self._files: list[FileEntry] | None = None
         self._shards: list[ShardInfo] | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool = LazyPool(self.config.concurrency, "fs-read", wait_on_close=True)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state.pop("_lock", None)
-        state.pop("_pool", None)
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
-        self._pool = None
 
     # ------------------------------------------------------------------------------- layout
 
@@ -138,11 +136,6 @@ class FilesystemLoader(Loader):
 
     # ------------------------------------------------------------------------------- reading
 
-    def _ensure_pool(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="fs-read")
-        return self._pool
-
     def _shard(self) -> tuple[int, int]:
         c = self.config
         return effective_shard(c.shard_id, c.num_shards, self.worker_id, self.num_workers)
@@ -155,7 +148,7 @@ class FilesystemLoader(Loader):
     def _files_epoch(self, epoch: int) -> Iterator[Item]:
         c = self.config
         entries = take_shard(epoch_order(self.files(), c.seed, epoch, c.shuffle), *self._shard())
-        pool = self._ensure_pool()
+        pool = self._pool.get()
         for _, item in in_flight(entries, lambda e: pool.submit(self._read_file, e), c.concurrency, c.ordered):
             yield item
 
@@ -177,7 +170,7 @@ class FilesystemLoader(Loader):
             log.warning("%d readers (ranks x workers) but only %d shards in %s: some readers get nothing",
                         count, len(shards), self.split_dir)
         mine = take_shard(epoch_order(shards, c.seed, epoch, c.shuffle), index, count)
-        pool = self._ensure_pool()
+        pool = self._pool.get()
         depth = max(1, min(c.concurrency, SHARDS_IN_FLIGHT))
         stream = (item for _, data in in_flight(mine, lambda s: pool.submit(self._read_shard_file, s), depth,
                                                 c.ordered)
@@ -191,9 +184,7 @@ class FilesystemLoader(Loader):
         return list(shard_items(read_bytes(path, "shard"), str(path), self.config.label_type))
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        self._pool.close()
 
     @classmethod
     def raw_ceiling(cls, settings: Settings, config: LoaderConfig | dict) -> tuple[int, int]:

@@ -8,9 +8,10 @@ the plugin's out-of-order mode), which avoids head-of-line blocking behind one s
 from __future__ import annotations
 
 import queue
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 K = TypeVar("K")
@@ -59,3 +60,35 @@ def in_flight(keys: Iterable[K], submit: Callable[[K], Future[V]], depth: int, o
     finally:
         for future in running:
             future.cancel()
+
+
+class LazyPool:
+    """A loader's request threads: started on first use, shut down by `close()`, never pickled.
+
+    Why: loaders are built, then pickled into DataLoader workers (or forked), and only then read;
+    each process must start its own threads, and a loader that is never read starts none.
+    `wait_on_close` waits for running requests (local reads) instead of abandoning them.
+    """
+
+    def __init__(self, workers: int, name: str, wait_on_close: bool = False) -> None:
+        self.workers, self.name, self.wait_on_close = workers, name, wait_on_close
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix=self.name)
+            return self._executor
+
+    def close(self) -> None:
+        with self._lock:
+            if self._executor is not None:
+                self._executor.shutdown(wait=self.wait_on_close, cancel_futures=True)
+                self._executor = None
+
+    def __getstate__(self) -> dict:
+        return {"workers": self.workers, "name": self.name, "wait_on_close": self.wait_on_close}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(**state)

@@ -46,7 +46,7 @@ from workbench.backends.s3_objects import S3Store
 from workbench.config import Settings
 from workbench.data import META_ENTRIES
 from workbench.errors import WorkbenchError
-from workbench.loaders.inflight import in_flight
+from workbench.loaders.inflight import LazyPool, in_flight
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.s3_objects import default_manifest_parser
 from workbench.loaders.s3_shards import S3ShardsConfig, S3ShardsLoader
@@ -229,7 +229,7 @@ class _Objects:
     def _reset(self) -> None:
         self._pid = os.getpid()
         self._stores: dict[str, S3Store] = {}
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool = LazyPool(self.prefetch_concurrency, "s3-dataset-get")
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
@@ -257,10 +257,7 @@ class _Objects:
 
     def _executor(self) -> ThreadPoolExecutor:
         self._check_process()
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.prefetch_concurrency, thread_name_prefix="s3-dataset-get")
-            return self._pool
+        return self._pool.get()
 
     def fetch(self, ref: ObjectRef) -> ObjectItem:
         """One GET: the object as an ObjectItem (missing object or bucket: WorkbenchError naming it)."""
@@ -287,10 +284,7 @@ class _Objects:
             results.close()
 
     def close(self) -> None:
-        with self._lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
+        self._pool.close()
 
 
 class ObjectMapDataset(_Objects, Dataset):

@@ -22,7 +22,6 @@ from here lazily.
 from __future__ import annotations
 
 import io
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -34,7 +33,7 @@ from workbench.backends.s3_objects import MANIFEST, S3Store
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
-from workbench.loaders.inflight import in_flight
+from workbench.loaders.inflight import LazyPool, in_flight
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.retry import RETRIES, policy_of
 from workbench.loaders.s3_shards import locate_prefix
@@ -114,8 +113,7 @@ class S3ObjectsLoader(Loader):
             store = S3Store(settings, bucket, prefix, config.via_proxy, connections=config.concurrency + 4)
         self.store = store
         self._entries: list[Entry] | None = None
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
+        self._pool = LazyPool(self.config.concurrency, "s3-object-get")
 
     def entries(self) -> list[Entry]:
         """The split's manifest lines (one GET, cached for the loader's life), in manifest order."""
@@ -178,17 +176,11 @@ class S3ObjectsLoader(Loader):
                 ) from None
         return Item(sample_id, label, data)
 
-    def _executor(self) -> ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="s3-object-get")
-            return self._pool
-
     def iter_epoch(self, epoch: int) -> Iterator[Item]:
         mine = self.my_entries(epoch)
         if not mine:
             return
-        pool = self._executor()
+        pool = self._pool.get()
         results = in_flight(mine, lambda e: pool.submit(self.fetch_retrying, e), self.config.concurrency,
                             ordered=self.config.ordered)
         try:
@@ -198,10 +190,7 @@ class S3ObjectsLoader(Loader):
             results.close()
 
     def close(self) -> None:
-        with self._pool_lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
+        self._pool.close()
 
 
 class S3NaiveLoader(S3ObjectsLoader):

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +37,7 @@ from workbench.config import Settings
 from workbench.data import ID_ENTRY, META_ENTRIES, ShardInfo, read_index, read_shard
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
-from workbench.loaders.inflight import in_flight
+from workbench.loaders.inflight import LazyPool, in_flight
 from workbench.loaders.order import effective_shard, epoch_order, shuffle_buffer, take_shard
 from workbench.loaders.retry import RETRIES, RetryPolicy, policy_of
 
@@ -102,8 +101,7 @@ class S3ShardsLoader(Loader):
             store = S3Store(settings, bucket, prefix, config.via_proxy, connections=config.parallel_shards + 4)
         self.store = store
         self._index: list[ShardInfo] | None = None
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
+        self._pool = LazyPool(self.config.parallel_shards, "s3-shard-get")
         self._warned = False
 
     # ------------------------------------------------------------------------------------ index
@@ -133,12 +131,6 @@ class S3ShardsLoader(Loader):
 
     # ---------------------------------------------------------------------------------- reading
 
-    def _executor(self) -> ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.config.parallel_shards, thread_name_prefix="s3-shard-get")
-            return self._pool
-
     def shard_url(self, info: ShardInfo) -> str:
         return f"{self.store.where}/{self.config.split}/{info.name}"
 
@@ -167,7 +159,7 @@ class S3ShardsLoader(Loader):
         mine, index = self.my_shards(epoch)
         if not mine:
             return
-        pool = self._executor()
+        pool = self._pool.get()
         fetched = in_flight(mine, lambda info: pool.submit(self.fetch_retrying, info), self.config.parallel_shards,
                             ordered=self.config.ordered)
 
@@ -219,10 +211,7 @@ class S3ShardsLoader(Loader):
         return Item(key, label, entries[image_ext])
 
     def close(self) -> None:
-        with self._pool_lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
+        self._pool.close()
 
 
 def raw_ceiling(settings: Settings, config: LoaderConfig) -> tuple[int, int]:

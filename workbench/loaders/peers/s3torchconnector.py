@@ -39,7 +39,6 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import Field
@@ -47,7 +46,7 @@ from pydantic import Field
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
-from workbench.loaders.inflight import in_flight
+from workbench.loaders.inflight import LazyPool, in_flight
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.peers import trust_stack_ca
 
@@ -97,13 +96,12 @@ class S3TorchConnectorPeer(Loader):
         self._dataset = None  # S3MapDataset over every entry, in manifest order
         self._sidecars = None  # blob labels: S3MapDataset over the entries' sidecars, and entry -> its index
         self._sidecar_of: dict[int, int] = {}
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool = LazyPool(self.config.concurrency, "s3torchconnector")
         self._lock_connect = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_dataset=None, _sidecars=None, _sidecar_of={}, _pool=None, _entries=None, _lock_connect=None,
-                     _lock=None)
+        state.update(_dataset=None, _sidecars=None, _sidecar_of={}, _entries=None, _lock_connect=None, _lock=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -255,9 +253,7 @@ class S3TorchConnectorPeer(Loader):
             for i in mine:
                 yield self.fetch(i)
             return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(depth, thread_name_prefix="s3torchconnector")
-        pool = self._pool
+        pool = self._pool.get()
         results = in_flight(mine, lambda i: pool.submit(self.fetch, i), depth, ordered=self.config.ordered)
         try:
             for _, item in results:
@@ -266,7 +262,5 @@ class S3TorchConnectorPeer(Loader):
             results.close()
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        self._pool.close()
         self._dataset = self._sidecars = None

@@ -348,6 +348,40 @@ def loader_options(pairs: list[str] | None) -> dict[str, Any]:
     return options
 
 
+def train_blob_labels(task: str, step: TrainStep, transform: Callable, score: tuple[str, Callable[..., float]], *,
+                      loader: str, settings, dataset: str, arch: str, size: int, num_classes: int, batch_size: int,
+                      steps: int, warmup: int, workers: int, ceiling: bool, results_dir,
+                      loader_config: dict[str, Any]) -> dict:
+    """The loop of the blob-label pipelines: train from `loader`, score the last batch, measure, report.
+
+    `score` is (name, fn(step, images, targets)) evaluated on the last training batch after its step.
+    """
+    dev = step.device
+    epochs = torch_loader_epochs(loader, settings, dataset, transform, batch_size, workers, dev, **loader_config)
+    last: list = []
+
+    def keep(images, targets) -> None:
+        last[:] = [images, targets]
+
+    started = time.perf_counter()
+    meter = run_steps(step, epochs, steps, warmup, dev, check=keep)
+    wall = time.perf_counter() - started
+    loss = step.last_loss
+    score_name, score_fn = score
+    value = score_fn(step, *last)
+    top = no_io_ceiling(step.clone(), batch_size, steps, warmup=warmup) if ceiling else math.nan
+
+    config = {"loader": loader, "dataset": dataset, "task": task, "model": arch, "size": size,
+              "num_classes": num_classes, "batch_size": batch_size, "steps": steps, "warmup": warmup,
+              "device": str(dev), "amp": step.amp, "workers": workers,
+              "loader_config": {k: v for k, v in loader_config.items() if "password" not in k}}
+    extra = {"loss": round(loss, 4), score_name: round(value, 4), "timed_images": meter.images,
+             "wall_seconds": round(wall, 2)}
+    row = report(f"{task}-{loader}", meter.images_per_s, top, config, results_dir, settings=settings, extra=extra)
+    return {**row, "images_per_s": meter.images_per_s, "ceiling": top, "ratio": ratio_of(meter.images_per_s, top),
+            "loss": loss, score_name: value}
+
+
 def blob_label_parser(prog: str, description: str, kind: str, num_classes_help: str,
                       **model_argument: Any) -> argparse.ArgumentParser:
     """The CLI of the pipelines whose labels are blobs (segmentation masks, multi-hot vectors)."""

@@ -15,9 +15,7 @@ same model's no-I/O ceiling, the final loss and the exact-match ratio of the las
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-import time
 from typing import Any
 
 import torch
@@ -30,14 +28,10 @@ from pipelines.common import (
     build_classifier,
     default_model,
     default_warmup,
-    no_io_ceiling,
     pick_device,
-    ratio_of,
-    report,
     run_cli,
-    run_steps,
     set_cpu_threads,
-    torch_loader_epochs,
+    train_blob_labels,
 )
 
 
@@ -103,30 +97,11 @@ def train(dataset: str, settings=None, steps: int = 20, batch_size: int | None =
 
     step = TrainStep(build_classifier(arch, num_classes), nn.BCEWithLogitsLoss(), dev, lr=lr,
                      make_batch=multilabel_batch(size, num_classes, dev))
-    epochs = torch_loader_epochs(loader, settings, dataset, multilabel_transform(size, num_classes), batch_size,
-                                 workers, dev, **loader_config)
-    last: list = []
-
-    def keep(images, targets) -> None:
-        last[:] = [images, targets]
-
-    started = time.perf_counter()
-    meter = run_steps(step, epochs, steps, warmup, dev, check=keep)
-    wall = time.perf_counter() - started
-    loss = step.last_loss
-    matched = exact_match(step, *last)
-    top = no_io_ceiling(step.clone(), batch_size, steps, warmup=warmup) if ceiling else math.nan
-
-    config = {"loader": loader, "dataset": dataset, "task": "multilabel", "model": arch, "size": size,
-              "num_classes": num_classes, "batch_size": batch_size, "steps": steps, "warmup": warmup,
-              "device": str(dev), "amp": step.amp, "workers": workers,
-              "loader_config": {k: v for k, v in loader_config.items() if "password" not in k}}
-    extra = {"loss": round(loss, 4), "exact_match": round(matched, 4), "timed_images": meter.images,
-             "wall_seconds": round(wall, 2)}
-    row = report(f"multilabel-{loader}", meter.images_per_s, top, config, results_dir, settings=settings,
-                 extra=extra)
-    return {**row, "images_per_s": meter.images_per_s, "ceiling": top, "ratio": ratio_of(meter.images_per_s, top),
-            "loss": loss, "exact_match": matched}
+    return train_blob_labels(
+        "multilabel", step, multilabel_transform(size, num_classes), ("exact_match", exact_match),
+        loader=loader, settings=settings,
+        dataset=dataset, arch=arch, size=size, num_classes=num_classes, batch_size=batch_size, steps=steps,
+        warmup=warmup, workers=workers, ceiling=ceiling, results_dir=results_dir, loader_config=loader_config)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -16,9 +16,7 @@ pixel accuracy of the last batch.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-import time
 from typing import Any
 
 import torch
@@ -29,14 +27,10 @@ from pipelines.common import (
     blob_label_main,
     blob_label_parser,
     default_warmup,
-    no_io_ceiling,
     pick_device,
-    ratio_of,
-    report,
     run_cli,
-    run_steps,
     set_cpu_threads,
-    torch_loader_epochs,
+    train_blob_labels,
 )
 
 
@@ -142,30 +136,11 @@ def train(dataset: str, settings=None, steps: int = 20, batch_size: int | None =
 
     step = TrainStep(build_model(arch, num_classes), nn.CrossEntropyLoss(), dev, lr=lr,
                      make_batch=segmentation_batch(size, num_classes, dev))
-    epochs = torch_loader_epochs(loader, settings, dataset, segmentation_transform(size, num_classes), batch_size,
-                                 workers, dev, **loader_config)
-    last: list = []
-
-    def keep(images, masks) -> None:
-        last[:] = [images, masks]
-
-    started = time.perf_counter()
-    meter = run_steps(step, epochs, steps, warmup, dev, check=keep)
-    wall = time.perf_counter() - started
-    loss = step.last_loss
-    accuracy = pixel_accuracy(step, *last)  # of the last training batch, after its step
-    top = no_io_ceiling(step.clone(), batch_size, steps, warmup=warmup) if ceiling else math.nan
-
-    config = {"loader": loader, "dataset": dataset, "task": "segmentation", "model": arch, "size": size,
-              "num_classes": num_classes, "batch_size": batch_size, "steps": steps, "warmup": warmup,
-              "device": str(dev), "amp": step.amp, "workers": workers,
-              "loader_config": {k: v for k, v in loader_config.items() if "password" not in k}}
-    extra = {"loss": round(loss, 4), "pixel_accuracy": round(accuracy, 4), "timed_images": meter.images,
-             "wall_seconds": round(wall, 2)}
-    row = report(f"segmentation-{loader}", meter.images_per_s, top, config, results_dir, settings=settings,
-                 extra=extra)
-    return {**row, "images_per_s": meter.images_per_s, "ceiling": top, "ratio": ratio_of(meter.images_per_s, top),
-            "loss": loss, "pixel_accuracy": accuracy}
+    return train_blob_labels(
+        "segmentation", step, segmentation_transform(size, num_classes), ("pixel_accuracy", pixel_accuracy),
+        loader=loader, settings=settings,
+        dataset=dataset, arch=arch, size=size, num_classes=num_classes, batch_size=batch_size, steps=steps,
+        warmup=warmup, workers=workers, ceiling=ceiling, results_dir=results_dir, loader_config=loader_config)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -253,12 +253,12 @@ def torch_loader_epochs(loader: str, settings, dataset: str, transform: Callable
     """
     from torch.utils.data import DataLoader
 
-    from workbench.adapters.torch import LoaderDataset
+    from workbench.adapters.torch import LoaderDataset, worker_context
 
     data = LoaderDataset(loader, settings, transform=transform, dataset=dataset, **config)
     extra = {"prefetch_factor": 4, "persistent_workers": False} if workers > 0 else {}
     batches = DataLoader(data, batch_size=batch_size, num_workers=workers, pin_memory=device.type == "cuda",
-                         collate_fn=collate_fn, **extra)
+                         collate_fn=collate_fn, multiprocessing_context=worker_context(settings, workers), **extra)
 
     def epoch(e: int):
         data.set_epoch(e)

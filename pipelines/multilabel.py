@@ -15,6 +15,7 @@ same model's no-I/O ceiling, the final loss and the exact-match ratio of the las
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from typing import Any
 
@@ -36,29 +37,31 @@ from pipelines.common import (
 
 
 def multilabel_transform(size: int, num_classes: int):
-    """Item -> (uint8 CHW image, float32 multi-hot vector of `num_classes`)."""
-    from torchvision.io import ImageReadMode, decode_image
-    from torchvision.transforms.v2 import functional as F
+    """Item -> (uint8 CHW image, float32 multi-hot vector of `num_classes`).
 
+    A partial of a module function, so it pickles into the DataLoader's forkserver workers.
+    """
+    return functools.partial(multilabel_item, size=size, num_classes=num_classes)
+
+
+def multilabel_item(item, size: int, num_classes: int):
+    """One sample of `multilabel_transform`."""
+    from workbench.adapters.torch import decode_image_bytes, resize_crop
     from workbench.data import decode_multilabel
     from workbench.errors import WorkbenchError
 
-    def transform(item):
-        if not isinstance(item.label, bytes):
-            raise WorkbenchError(f"sample {item.key}: the label is {type(item.label).__name__}, not an np.save "
-                                 "vector: read with label_type=blob a dataset ingested with label_type=blob")
-        try:
-            hot = decode_multilabel(item.label)
-        except ValueError as exc:
-            raise WorkbenchError(f"sample {item.key}: label is not an np.save vector ({exc})") from exc
-        if hot.ndim != 1 or hot.shape[0] != num_classes:
-            raise WorkbenchError(f"sample {item.key}: label vector of shape {hot.shape}, expected ({num_classes},): "
-                                 "pass --num-classes")
-        image = decode_image(torch.frombuffer(bytearray(item.data), dtype=torch.uint8), mode=ImageReadMode.RGB)
-        image = F.center_crop(F.resize(image, [size], antialias=True), [size, size])
-        return image, torch.from_numpy(hot.astype("float32"))
-
-    return transform
+    if not isinstance(item.label, bytes):
+        raise WorkbenchError(f"sample {item.key}: the label is {type(item.label).__name__}, not an np.save "
+                             "vector: read with label_type=blob a dataset ingested with label_type=blob")
+    try:
+        hot = decode_multilabel(item.label)
+    except ValueError as exc:
+        raise WorkbenchError(f"sample {item.key}: label is not an np.save vector ({exc})") from exc
+    if hot.ndim != 1 or hot.shape[0] != num_classes:
+        raise WorkbenchError(f"sample {item.key}: label vector of shape {hot.shape}, expected ({num_classes},): "
+                             "pass --num-classes")
+    image = resize_crop(decode_image_bytes(item.data, item.key), size, antialias=True)
+    return image, torch.from_numpy(hot.astype("float32"))
 
 
 def multilabel_batch(size: int, num_classes: int, device):

@@ -16,6 +16,7 @@ pixel accuracy of the last batch.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from typing import Any
 
@@ -74,30 +75,33 @@ def build_model(arch: str, num_classes: int) -> nn.Module:
 
 
 def segmentation_transform(size: int, num_classes: int):
-    """Item -> (uint8 CHW image, int64 HW mask): short side to `size`, center crop, same geometry for both."""
-    from torchvision.io import ImageReadMode, decode_image
-    from torchvision.transforms.v2 import InterpolationMode
-    from torchvision.transforms.v2 import functional as F
+    """Item -> (uint8 CHW image, int64 HW mask): short side to `size`, center crop, same geometry for both.
 
+    A partial of a module function, so it pickles into the DataLoader's forkserver workers.
+    """
+    return functools.partial(segmentation_item, size=size, num_classes=num_classes)
+
+
+def segmentation_item(item, size: int, num_classes: int):
+    """One sample of `segmentation_transform`."""
+    from torchvision.transforms.v2 import InterpolationMode
+
+    from workbench.adapters.torch import decode_image_bytes, resize_crop
     from workbench.errors import WorkbenchError
 
-    def transform(item):
-        if not isinstance(item.label, bytes):
-            raise WorkbenchError(f"sample {item.key}: the label is {type(item.label).__name__}, not an encoded mask: "
-                                 "read with label_type=blob a dataset ingested with label_type=blob")
-        image = decode_image(torch.frombuffer(bytearray(item.data), dtype=torch.uint8), mode=ImageReadMode.RGB)
-        mask = decode_image(torch.frombuffer(bytearray(item.label), dtype=torch.uint8), mode=ImageReadMode.GRAY)
-        if mask.shape[-2:] != image.shape[-2:]:
-            raise WorkbenchError(f"sample {item.key}: mask {tuple(mask.shape[-2:])} and image "
-                                 f"{tuple(image.shape[-2:])} differ in size")
-        image = F.center_crop(F.resize(image, [size], antialias=True), [size, size])
-        mask = F.center_crop(F.resize(mask, [size], interpolation=InterpolationMode.NEAREST), [size, size])
-        mask = mask[0].long()
-        if int(mask.max()) >= num_classes:
-            raise WorkbenchError(f"sample {item.key}: mask class {int(mask.max())} >= num_classes {num_classes}")
-        return image, mask
-
-    return transform
+    if not isinstance(item.label, bytes):
+        raise WorkbenchError(f"sample {item.key}: the label is {type(item.label).__name__}, not an encoded mask: "
+                             "read with label_type=blob a dataset ingested with label_type=blob")
+    image = decode_image_bytes(item.data, item.key)
+    mask = decode_image_bytes(item.label, f"{item.key} (mask)", mode="GRAY")
+    if mask.shape[-2:] != image.shape[-2:]:
+        raise WorkbenchError(f"sample {item.key}: mask {tuple(mask.shape[-2:])} and image "
+                             f"{tuple(image.shape[-2:])} differ in size")
+    image = resize_crop(image, size, antialias=True)
+    mask = resize_crop(mask, size, interpolation=InterpolationMode.NEAREST)[0].long()
+    if int(mask.max()) >= num_classes:
+        raise WorkbenchError(f"sample {item.key}: mask class {int(mask.max())} >= num_classes {num_classes}")
+    return image, mask
 
 
 def segmentation_batch(size: int, num_classes: int, device):

@@ -81,9 +81,12 @@ class LoaderDataModule(L.LightningDataModule):
             self.val_set = self._data(split=self.split, shard_id=2 * rank + 1, num_shards=2 * world, shuffle=False)
 
     def _loader(self, data) -> DataLoader:
+        from workbench.adapters.torch import worker_context
+
         extra = {"prefetch_factor": 4} if self.workers > 0 else {}
         return DataLoader(data, batch_size=self.batch_size, num_workers=self.workers,
-                          pin_memory=torch.cuda.is_available(), **extra)
+                          pin_memory=torch.cuda.is_available(),
+                          multiprocessing_context=worker_context(data.settings, self.workers), **extra)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set)

@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     tls: bool = Field(False, description="servers speak TLS and clients verify them against tls_ca_file")
     tls_dir: Path | None = Field(None, description="certificates of the local stack (default: <state_dir>/tls)")
     tls_ca_file: Path | None = Field(None, description="CA bundle clients trust (default: <tls_dir>/ca.crt)")
+    worker_start: Literal["forkserver", "spawn", "fork"] = Field(
+        "forkserver", description="how torch DataLoader workers start: forkserver and spawn never fork a process "
+                                  "that already runs threads (TF, gRPC, drivers); fork starts fastest")
 
     cassandra_port: int = 9042
     cassandra_storage_port: int = 7000

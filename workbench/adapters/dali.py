@@ -95,9 +95,12 @@ class ProcessBatchSource(BatchSource):
     def epoch_batches(self, epoch: int) -> Iterator[list[tuple]]:
         from torch.utils.data import DataLoader
 
+        from workbench.adapters.torch import worker_context
+
         self.dataset.set_epoch(epoch)
         batches = DataLoader(self.dataset, batch_size=self.batch_size, num_workers=self.workers,
-                             collate_fn=_pairs, prefetch_factor=4)
+                             collate_fn=_pairs, prefetch_factor=4,
+                             multiprocessing_context=worker_context(self.dataset.settings, self.workers))
         yield from batches
 
 

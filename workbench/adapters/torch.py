@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import io
+import multiprocessing
 from collections.abc import Callable, Iterator
+from multiprocessing.context import BaseContext
 from typing import Any
 
 import torch
@@ -58,32 +61,71 @@ def decode_transform(size: int = 224, on_corrupt: str = "raise") -> Callable[[It
     """Decode (torchvision), resize the short side, center-crop to `size`: (CHW uint8 tensor, label).
 
     A corrupt image raises with its key, or yields None with on_corrupt="skip" (drop it with
-    `skip_none` as collate function wrapper).
+    `skip_none` as collate function wrapper). A partial of a module function, so it pickles into
+    forkserver/spawn workers.
     """
+    return functools.partial(decode_item, size=size, on_corrupt=on_corrupt)
+
+
+def decode_image_bytes(data: bytes, key: str, mode: str = "RGB") -> torch.Tensor:
+    """Encoded bytes -> CHW uint8 tensor; a corrupt image raises a WorkbenchError naming the sample."""
     from torchvision.io import ImageReadMode, decode_image
+
+    try:
+        return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode[mode])
+    except RuntimeError as exc:
+        raise WorkbenchError(f"sample {key}: cannot decode image ({str(exc).splitlines()[0]})") from exc
+
+
+def resize_crop(image: torch.Tensor, size: int, **resize: Any) -> torch.Tensor:
+    """Short side to `size`, then the centre `size` x `size` square."""
     from torchvision.transforms.v2 import functional as F
 
-    def transform(item: Item):
-        try:
-            image = decode_image(torch.frombuffer(bytearray(item.data), dtype=torch.uint8), mode=ImageReadMode.RGB)
-        except RuntimeError as exc:
-            if on_corrupt == "skip":
-                return None
-            raise WorkbenchError(f"sample {item.key}: cannot decode image ({str(exc).splitlines()[0]})") from exc
-        image = F.center_crop(F.resize(image, [size], antialias=True), [size, size])
-        if isinstance(item.label, bytes):
-            raise WorkbenchError(f"sample {item.key}: decode_transform yields class labels, this one is a blob "
-                                 "(label_type blob): decode masks/multilabels in a transform of your own")
-        return image, -1 if item.label is None else item.label
+    return F.center_crop(F.resize(image, [size], **resize), [size, size])
 
-    return transform
+
+def decode_item(item: Item, size: int = 224, on_corrupt: str = "raise") -> tuple | None:
+    """One sample of `decode_transform`."""
+    try:
+        image = decode_image_bytes(item.data, item.key)
+    except WorkbenchError:
+        if on_corrupt == "skip":
+            return None
+        raise
+    if isinstance(item.label, bytes):
+        raise WorkbenchError(f"sample {item.key}: decode_transform yields class labels, this one is a blob "
+                             "(label_type blob): decode masks/multilabels in a transform of your own")
+    return resize_crop(image, size, antialias=True), -1 if item.label is None else item.label
 
 
 def skip_none(collate: Callable[[list], Any]) -> Callable[[list], Any]:
-    def wrapped(batch: list) -> Any:
-        return collate([b for b in batch if b is not None])
+    """`collate` over the samples that are not None (those a transform dropped); pickles if `collate` does."""
+    return functools.partial(_collate_present, collate)
 
-    return wrapped
+
+def _collate_present(collate: Callable[[list], Any], batch: list) -> Any:
+    return collate([b for b in batch if b is not None])
+
+
+# imported once by the forkserver, so each worker forks from a warm, thread-free process
+WORKER_PRELOAD = ["torch", "torchvision.io", "torchvision.transforms.v2", "workbench.adapters.torch"]
+
+
+def worker_context(settings: Settings, workers: int) -> BaseContext | None:
+    """The multiprocessing context of a DataLoader's `workers` (None when loading in-process).
+
+    Why: forking a process that already runs threads (TF's pools, gRPC, the drivers' IO loops) can
+    hand a worker a lock no thread will release, or crash it: a Lightning validation worker forked
+    after Keras had run in the same process died of a segfault. forkserver (Python 3.14's default)
+    forks from a clean server that imported torch and the loaders once; `settings.worker_start`
+    picks spawn or fork instead. Datasets, transforms and collate functions must then pickle.
+    """
+    if workers == 0:
+        return None
+    context = multiprocessing.get_context(settings.worker_start)
+    if settings.worker_start == "forkserver":
+        context.set_forkserver_preload(WORKER_PRELOAD)  # only read when the server first starts
+    return context
 
 
 def pil_transform(item: Item):

@@ -74,7 +74,7 @@ def _batches(point: dict, settings: Settings, config: dict) -> Iterator[tuple[in
         return
     from torch.utils.data import DataLoader
 
-    from workbench.adapters.torch import LoaderDataset, collate_raw, decode_transform, skip_none
+    from workbench.adapters.torch import LoaderDataset, collate_raw, decode_transform, skip_none, worker_context
 
     if point["decode"]:
         from torch.utils.data import default_collate
@@ -91,6 +91,7 @@ def _batches(point: dict, settings: Settings, config: dict) -> Iterator[tuple[in
         num_workers=workers,
         collate_fn=collate,
         prefetch_factor=point["prefetch_buffers"] if workers else None,
+        multiprocessing_context=worker_context(settings, workers),
     )
     for batch in loader:
         if point["decode"]:

@@ -244,6 +244,16 @@ def run_steps(step: Callable, make_epoch: Callable[[int], Iterable], steps: int,
     return meter
 
 
+def blob_label(item, what: str) -> bytes:
+    """The sample's label bytes (a mask, a vector), or one line saying how to read blob labels."""
+    from workbench.errors import WorkbenchError
+
+    if not isinstance(item.label, bytes):
+        raise WorkbenchError(f"sample {item.key}: the label is {type(item.label).__name__}, not {what}: "
+                             "read with label_type=blob a dataset ingested with label_type=blob")
+    return item.label
+
+
 def torch_loader_epochs(loader: str, settings, dataset: str, transform: Callable, batch_size: int, workers: int,
                         device, collate_fn: Callable | None = None, **config: Any) -> Callable[[int], Iterable]:
     """epoch -> DataLoader over `LoaderDataset(loader, transform=...)`: decoding in `workers` processes.

@@ -24,6 +24,7 @@ from torch import nn
 
 from pipelines.common import (
     TrainStep,
+    blob_label,
     blob_label_main,
     blob_label_parser,
     build_classifier,
@@ -50,11 +51,9 @@ def multilabel_item(item, size: int, num_classes: int):
     from workbench.data import decode_multilabel
     from workbench.errors import WorkbenchError
 
-    if not isinstance(item.label, bytes):
-        raise WorkbenchError(f"sample {item.key}: the label is {type(item.label).__name__}, not an np.save "
-                             "vector: read with label_type=blob a dataset ingested with label_type=blob")
+    label = blob_label(item, "an np.save vector")
     try:
-        hot = decode_multilabel(item.label)
+        hot = decode_multilabel(label)
     except ValueError as exc:
         raise WorkbenchError(f"sample {item.key}: label is not an np.save vector ({exc})") from exc
     if hot.ndim != 1 or hot.shape[0] != num_classes:

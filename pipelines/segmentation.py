@@ -25,6 +25,7 @@ from torch import nn
 
 from pipelines.common import (
     TrainStep,
+    blob_label,
     blob_label_main,
     blob_label_parser,
     default_warmup,
@@ -89,11 +90,8 @@ def segmentation_item(item, size: int, num_classes: int):
     from workbench.adapters.torch import decode_image_bytes, resize_crop
     from workbench.errors import WorkbenchError
 
-    if not isinstance(item.label, bytes):
-        raise WorkbenchError(f"sample {item.key}: the label is {type(item.label).__name__}, not an encoded mask: "
-                             "read with label_type=blob a dataset ingested with label_type=blob")
+    mask = decode_image_bytes(blob_label(item, "an encoded mask"), f"{item.key} (mask)", mode="GRAY")
     image = decode_image_bytes(item.data, item.key)
-    mask = decode_image_bytes(item.label, f"{item.key} (mask)", mode="GRAY")
     if mask.shape[-2:] != image.shape[-2:]:
         raise WorkbenchError(f"sample {item.key}: mask {tuple(mask.shape[-2:])} and image "
                              f"{tuple(image.shape[-2:])} differ in size")

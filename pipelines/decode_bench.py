@@ -126,7 +126,8 @@ def bench(loader_name: str, dataset: str, decode: str = "mixed", epochs: int = 3
     if len(set(counts)) != 1:
         raise WorkbenchError(f"epochs delivered different counts {counts}: a loader lost or repeated samples")
     return {"pipeline": f"decode_bench-{loader_name}{'-native' if native else ''}", "loader": loader_name,
-            "native": native, "fetch_workers": fetch_workers, "tls": settings.tls, "dataset": dataset,
+            "native": native, "fetch_workers": fetch_workers,
+            "worker_start": settings.worker_start if fetch_workers else None, "tls": settings.tls, "dataset": dataset,
             "decode": decode, "size": size, "dali_threads": threads,
             "batch_size": batch_size, "epochs": epochs, "images_per_epoch": counts[0],
             "images_per_s_median": round(statistics.median(rates), 1), "images_per_s_min": round(min(rates), 1),

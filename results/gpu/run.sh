@@ -12,6 +12,7 @@
 #   bash results/gpu/run.sh train sweep        # there: ResNet-50 training fed from Cassandra; RTT sweep
 #   bash results/gpu/run.sh setup workers      # there (a second machine): our loader in worker processes
 #   bash results/gpu/run.sh setup0 secure      # there (a third): plugin + our loader over TLS with a login
+#   bash results/gpu/run.sh setup workerstart  # there (a fourth): fetch workers by fork vs forkserver
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PAYLOAD=${PAYLOAD:-/tmp/payload}
@@ -55,9 +56,15 @@ jdk.internal.jvmstat,jdk.management,jdk.management.agent,jdk.naming.dns,jdk.net,
   tar cf $stage/payload.tar -C $stage whl jre cache
 }
 
+install_extra() {  # wheels added after payload.tar was built (cryptography, for the TLS certificates): .gpu/extra
+  local extra=${EXTRA:-.gpu/extra}
+  if [ -d "$extra" ]; then python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$extra"/*.whl; fi
+}
+
 stage_setup() {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$PAYLOAD"/whl/*.whl
+  install_extra
   python3 -c "import torch, nvidia.dali as d; print('torch', torch.__version__, 'dali', d.__version__, \
 torch.cuda.get_device_name())" | tee -a "$OUT/gpu.txt"
   nproc | sed 's/^/cpus /' | tee -a "$OUT/gpu.txt"
@@ -68,6 +75,7 @@ torch.cuda.get_device_name())" | tee -a "$OUT/gpu.txt"
 stage_setup0() {  # install only (the secure stage starts its own nodes)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$PAYLOAD"/whl/*.whl
+  install_extra
 }
 
 stage_decode() {
@@ -99,8 +107,17 @@ stage_workers() {  # our loader fetching in worker processes (ProcessBatchSource
     --fetch-workers 8 --steps 200 --batch-size 256 --results-dir "$OUT/train" -o concurrency=16
 }
 
+stage_workerstart() {  # ProcessBatchSource with its workers forked from this process vs from a clean forkserver
+  for method in fork forkserver fork forkserver; do
+    for decode in none mixed; do
+      WORKBENCH_WORKER_START=$method python3 -m pipelines.decode_bench --loader cassandra --dataset $DATASET \
+        --decode $decode --threads 8 --fetch-workers 8 --results "$OUT/worker-start.jsonl" \
+        -o batch_size=128 -o concurrency=16
+    done
+  done
+}
+
 stage_secure() {  # the real plugin and our loader against a Cassandra with a login and TLS only
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$PAYLOAD"/extra/*.whl
   local password; password=$(python3 -c "import secrets; print(secrets.token_urlsafe(18))")
   ( export WORKBENCH_TLS=1 WORKBENCH_STATE_DIR=/tmp/stack-secure WORKBENCH_CASSANDRA_USERNAME=workbench \
            WORKBENCH_CASSANDRA_PASSWORD=$password

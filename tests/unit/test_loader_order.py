@@ -47,17 +47,18 @@ def test_shuffle_buffer_keeps_every_item_and_mixes():
     assert list(shuffle_buffer(range(10), 1, random.Random(0))) == list(range(10))
 
 
-def _delayed(pool, value, delay):
-    return pool.submit(lambda: (time.sleep(delay), value)[1])
-
-
 def test_in_flight_ordered_keeps_order_and_overlaps_requests():
+    barrier = threading.Barrier(16, timeout=10)  # passes only once 16 requests are in flight together
+
+    def request(k: int) -> int:
+        if k < 16:
+            barrier.wait()
+        time.sleep(0.001 * (32 - k) / 4)  # later requests finish first: order must still be kept
+        return k * 10
+
     with ThreadPoolExecutor(16) as pool:
-        start = time.perf_counter()
-        out = list(in_flight(range(32), lambda k: _delayed(pool, k * 10, 0.05), depth=16))
-        elapsed = time.perf_counter() - start
+        out = list(in_flight(range(32), lambda k: pool.submit(request, k), depth=16))
     assert out == [(k, k * 10) for k in range(32)]
-    assert elapsed < 32 * 0.05 / 3  # 16 in flight: far below the sequential 1.6 s
 
 
 def test_in_flight_never_exceeds_depth():
@@ -78,9 +79,21 @@ def test_in_flight_never_exceeds_depth():
 
 
 def test_in_flight_unordered_yields_fast_results_first():
+    others_done, finished = threading.Event(), []
+
+    def count(_: Future) -> None:
+        finished.append(1)
+        if len(finished) == 3:
+            others_done.set()
+
+    def submit(k: int) -> Future:  # request 0 finishes only after the three others have
+        future = pool.submit(lambda: (others_done.wait(10), k)[1] if k == 0 else k)
+        if k:
+            future.add_done_callback(count)
+        return future
+
     with ThreadPoolExecutor(4) as pool:
-        out = [k for k, _ in in_flight([0, 1, 2, 3], lambda k: _delayed(pool, k, 0.3 if k == 0 else 0.01),
-                                        depth=4, ordered=False)]
+        out = [k for k, _ in in_flight([0, 1, 2, 3], submit, depth=4, ordered=False)]
     assert sorted(out) == [0, 1, 2, 3] and out[-1] == 0
 
 

@@ -95,18 +95,13 @@ class ProcessBatchSource(BatchSource):
     def epoch_batches(self, epoch: int) -> Iterator[list[tuple]]:
         from torch.utils.data import DataLoader
 
-        from workbench.adapters.torch import worker_context
+        from workbench.adapters.torch import collate_pairs, worker_context
 
         self.dataset.set_epoch(epoch)
         batches = DataLoader(self.dataset, batch_size=self.batch_size, num_workers=self.workers,
-                             collate_fn=_pairs, prefetch_factor=4,
+                             collate_fn=collate_pairs, prefetch_factor=4,
                              multiprocessing_context=worker_context(self.dataset.settings, self.workers))
         yield from batches
-
-
-def _pairs(batch: list[tuple]) -> list[tuple]:
-    """(data, label, key) samples -> (data, label) pairs; encoded images of different lengths stay a list."""
-    return [(data, label) for data, label, _ in batch]
 
 
 def decode_and_crop(jpegs, gpu: bool, size: int):

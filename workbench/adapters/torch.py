@@ -14,7 +14,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
-from workbench.loaders import Item, loader_class, make_loader
+from workbench.loaders import LOADERS, Item, loader_class, make_loader
 
 
 class LoaderDataset(IterableDataset):
@@ -55,6 +55,14 @@ def collate_raw(batch: list[tuple]) -> dict[str, list]:
     """Batches of raw samples stay lists: encoded images differ in length."""
     data, labels, keys = zip(*batch, strict=True)
     return {"data": list(data), "label": list(labels), "key": list(keys)}
+
+
+def collate_pairs(batch: list[tuple]) -> list[tuple]:
+    """(data, label, key) samples -> (data, label) pairs, as DALI's external source takes them.
+
+    Here, not beside the DALI adapter: workers unpickle it, and must not import DALI to do so.
+    """
+    return [(data, label) for data, label, _ in batch]
 
 
 def decode_transform(size: int = 224, on_corrupt: str = "raise") -> Callable[[Item], tuple | None]:
@@ -107,8 +115,9 @@ def _collate_present(collate: Callable[[list], Any], batch: list) -> Any:
     return collate([b for b in batch if b is not None])
 
 
-# imported once by the forkserver, so each worker forks from a warm, thread-free process
-WORKER_PRELOAD = ["torch", "torchvision.io", "torchvision.transforms.v2", "workbench.adapters.torch"]
+# imported once by the forkserver, so each worker forks from a warm, thread-free process (a missing one is skipped)
+WORKER_PRELOAD = ["torch", "torchvision.io", "torchvision.transforms.v2", "workbench.adapters.torch",
+                  *sorted({path.split(":")[0] for path in LOADERS.values()})]
 
 
 def worker_context(settings: Settings, workers: int) -> BaseContext | None:

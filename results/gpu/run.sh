@@ -108,11 +108,13 @@ stage_workers() {  # our loader fetching in worker processes (ProcessBatchSource
 }
 
 stage_workerstart() {  # ProcessBatchSource with its workers forked from this process vs from a clean forkserver
-  for method in fork forkserver fork forkserver; do
+  local rows=$OUT/worker-start.jsonl
+  for _ in $(seq "${ROUNDS:-2}"); do
     for decode in none mixed; do
-      WORKBENCH_WORKER_START=$method python3 -m pipelines.decode_bench --loader cassandra --dataset $DATASET \
-        --decode $decode --threads 8 --fetch-workers 8 --results "$OUT/worker-start.jsonl" \
-        -o batch_size=128 -o concurrency=16
+      for method in fork forkserver; do
+        WORKBENCH_WORKER_START=$method python3 -m pipelines.decode_bench --loader cassandra --dataset $DATASET \
+          --decode $decode --threads 8 --fetch-workers 8 --results "$rows" -o batch_size=128 -o concurrency=16
+      done
     done
   done
 }

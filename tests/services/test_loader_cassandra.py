@@ -116,12 +116,13 @@ def test_two_shards_are_disjoint_and_cover_the_split(stack, data):
 def test_dataloader_workers_deliver_each_sample_once(stack, data, workers):
     from torch.utils.data import DataLoader
 
-    from workbench.adapters.torch import LoaderDataset, collate_raw
+    from workbench.adapters.torch import LoaderDataset, collate_raw, worker_context
 
     d = data["cls"]
     dataset = LoaderDataset("cassandra", stack, dataset=d.name, batch_size=8, concurrency=8)
     keys: Counter = Counter()
-    for batch in DataLoader(dataset, batch_size=16, num_workers=workers, collate_fn=collate_raw):
+    for batch in DataLoader(dataset, batch_size=16, num_workers=workers, collate_fn=collate_raw,
+                            multiprocessing_context=worker_context(stack, workers)):
         keys.update(batch["key"])
         assert all(b == d.samples[k].data for k, b in zip(batch["key"], batch["data"], strict=True))
     assert keys == d.keys

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from workbench.adapters.torch import LoaderDataset, collate_raw
+from workbench.adapters.torch import LoaderDataset, collate_raw, worker_context
 from workbench.backends.registry import make_backend
 from workbench.clients import ignite_client
 from workbench.data import SyntheticSource
@@ -138,7 +138,8 @@ def test_two_ranks_are_disjoint_and_cover_the_split(stack, data, mode):
 @pytest.mark.parametrize("workers", [1, 2, 4])
 def test_dataloader_workers_deliver_each_sample_once(stack, data, workers):
     ds = LoaderDataset("ignite", stack, dataset=data.name, concurrency=4, get_batch=16)
-    loader = DataLoader(ds, batch_size=16, num_workers=workers, collate_fn=collate_raw)
+    loader = DataLoader(ds, batch_size=16, num_workers=workers, collate_fn=collate_raw,
+                        multiprocessing_context=worker_context(stack, workers))
     batches = list(loader)
     assert Counter(k for b in batches for k in b["key"]) == Counter(list(data.train))
     first = batches[0]
@@ -147,7 +148,8 @@ def test_dataloader_workers_deliver_each_sample_once(stack, data, workers):
 
 def test_dataloader_workers_in_scan_mode(stack, data):
     ds = LoaderDataset("ignite", stack, dataset=data.name, mode="scan", concurrency=4)
-    loader = DataLoader(ds, batch_size=16, num_workers=2, collate_fn=collate_raw)
+    loader = DataLoader(ds, batch_size=16, num_workers=2, collate_fn=collate_raw,
+                        multiprocessing_context=worker_context(stack, 2))
     assert Counter(k for b in loader for k in b["key"]) == Counter(list(data.train))
 
 
@@ -374,7 +376,7 @@ def test_environment_overrides_host_and_port(stack, data, monkeypatch):
 def test_torch_dataset_workers_split_partitions(stack, data, monkeypatch):
     monkeypatch.delenv("IGNITE_DATASET_PART", raising=False)
     ds = IgniteTorchDataset(data.cache, settings=stack, page_size=50)
-    loader = DataLoader(ds, batch_size=None, num_workers=2)
+    loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context=worker_context(stack, 2))
     seen = Counter()
     for el in loader:
         seen[el["key"]] += 1

@@ -6,9 +6,14 @@ streaming an MDS copy written by its own MDSWriter. One epoch delivers exactly t
 differ in order and not in content, a seed reproduces an order.
 """
 
-from collections import Counter
-
 import pytest
+from loader_checks import (
+    check_dataloader_workers_deliver_each_sample_once,
+    check_one_epoch_is_exactly_the_split,
+    check_shuffled_epochs_differ,
+    check_two_ranks_never_overlap,
+    epoch,
+)
 
 from workbench.backends import make_backend
 from workbench.data import SyntheticSource
@@ -42,19 +47,9 @@ def dataset(stack):
             backend.drop()
 
 
-def epoch(stack, loader, name, **config):
-    with make_loader(loader, stack, dataset=name, **config) as source:
-        return list(source)
-
-
 @pytest.mark.parametrize("loader", PEERS)
 def test_one_epoch_is_exactly_the_split(stack, dataset, loader):
-    name, expected = dataset
-    items = epoch(stack, loader, name)
-    assert Counter(i.key for i in items) == Counter(expected.keys())
-    for item in items:
-        assert item.data == expected[item.key].data
-        assert item.label == expected[item.key].label
+    check_one_epoch_is_exactly_the_split(stack, loader, *dataset)
 
 
 @pytest.mark.parametrize("loader", PEERS)
@@ -67,38 +62,18 @@ def test_label_type_none_drops_labels(stack, dataset, loader):
 
 @pytest.mark.parametrize("loader", PEERS)
 def test_two_ranks_never_overlap(stack, dataset, loader):
-    name, expected = dataset
-    ranks = [Counter(i.key for i in epoch(stack, loader, name, shard_id=r, num_shards=2)) for r in range(2)]
-    assert ranks[0] and ranks[1]
-    assert not set(ranks[0]) & set(ranks[1])
-    assert ranks[0] + ranks[1] == Counter(expected.keys())
+    check_two_ranks_never_overlap(stack, loader, *dataset)
 
 
 @pytest.mark.parametrize("loader", PEERS)
 def test_shuffled_epochs_differ_and_seeds_reproduce(stack, dataset, loader):
-    name, _ = dataset
-    with make_loader(loader, stack, dataset=name, seed=5) as source:
-        first = [i.key for i in source]
-        source.set_epoch(1)
-        second = [i.key for i in source]
-    assert first != second and sorted(first) == sorted(second)
-    with make_loader(loader, stack, dataset=name, seed=5) as again:
-        assert [i.key for i in again] == first
+    check_shuffled_epochs_differ(stack, loader, dataset[0], reproducible=True)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loader", PEERS)
 def test_dataloader_workers_deliver_each_sample_once(stack, dataset, loader):
-    from torch.utils.data import DataLoader
-
-    from workbench.adapters.torch import LoaderDataset, collate_raw
-
-    name, expected = dataset
-    keys = Counter()
-    for batch in DataLoader(LoaderDataset(loader, stack, dataset=name, batch_size=8), batch_size=8, num_workers=2,
-                            collate_fn=collate_raw):
-        keys.update(batch["key"])
-    assert keys == Counter(expected.keys())
+    check_dataloader_workers_deliver_each_sample_once(stack, loader, *dataset, workers=2)
 
 
 @pytest.mark.parametrize("loader", PEERS)

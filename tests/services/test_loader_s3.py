@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from workbench.adapters.torch import LoaderDataset, collate_raw
+from workbench.adapters.torch import LoaderDataset, collate_raw, worker_context
 from workbench.backends.registry import make_backend
 from workbench.clients import s3_client
 from workbench.data import SyntheticSource
@@ -157,7 +157,8 @@ def test_two_ranks_are_disjoint_and_cover_everything(settings, datasets, source,
 def test_dataloader_workers_deliver_each_sample_once(settings, datasets, source, expected, name, workers):
     dataset = LoaderDataset(name, settings, dataset=source.name, concurrency=8)
     dataset.set_epoch(2)
-    loader = DataLoader(dataset, batch_size=16, num_workers=workers, collate_fn=collate_raw)
+    loader = DataLoader(dataset, batch_size=16, num_workers=workers, collate_fn=collate_raw,
+                        multiprocessing_context=worker_context(settings, workers))
     seen = Counter()
     for batch in loader:
         for data, label, key in zip(batch["data"], batch["label"], batch["key"], strict=True):
@@ -267,7 +268,8 @@ def test_remote_dataset_pipeline_with_a_client_and_dataloader_workers(settings, 
                .batched(16))
     labels: Counter = Counter()
     batches = 0
-    for images, batch_labels in DataLoader(dataset, num_workers=2, batch_size=None):
+    for images, batch_labels in DataLoader(dataset, num_workers=2, batch_size=None,
+                                           multiprocessing_context=worker_context(settings, 2)):
         assert images.shape[1:] == (3, 32, 32) and images.dtype == torch.float32
         assert len(images) == len(batch_labels) <= 16
         labels.update(int(x) for x in batch_labels)
@@ -281,7 +283,8 @@ def test_remote_dataset_labels_match_ids(settings, shards, expected):
     dataset = base.decode("pil").to_tuple("jpg;png", "cls", "uid").map_tuple(_preproc(), None, None).batched(16)
     assert base.stages == [] and len(dataset.stages) == 4  # each call returns a new dataset
     seen = Counter()
-    for images, labels, ids in DataLoader(dataset, num_workers=2, batch_size=None):
+    for images, labels, ids in DataLoader(dataset, num_workers=2, batch_size=None,
+                                          multiprocessing_context=worker_context(settings, 2)):
         assert len(images) == len(labels) == len(ids)
         for label, key in zip(labels, ids, strict=True):
             assert int(label) == expected[key][1]
@@ -404,7 +407,8 @@ def test_map_dataset_item_context_and_batched_getitems(settings, objects, source
 def test_map_dataset_with_a_shuffling_dataloader(settings, objects, source):
     base = f"s3://{objects.bucket}/{objects.prefix}/train/"
     ds = ObjectMapDataset.from_manifest_file(f"{base}manifest.txt", None, base, settings, transform=_Read())
-    loader = DataLoader(ds, batch_size=16, shuffle=True, num_workers=2, collate_fn=list)
+    loader = DataLoader(ds, batch_size=16, shuffle=True, num_workers=2, collate_fn=list,
+                        multiprocessing_context=worker_context(settings, 2))
     by_key = {_object_key(objects, s): s for s in source}
     seen = Counter()
     order = []
@@ -423,7 +427,8 @@ def test_iterable_dataset_splits_across_dataloader_workers(settings, objects, so
     ds = ObjectIterableDataset.from_manifest_file(f"{base}manifest.txt", None, base, settings, transform=_Read(),
                                                   shuffle=True, seed=5)
     seen = Counter()
-    for batch in DataLoader(ds, batch_size=10, num_workers=3, collate_fn=list):
+    for batch in DataLoader(ds, batch_size=10, num_workers=3, collate_fn=list,
+                            multiprocessing_context=worker_context(settings, 3)):
         seen.update(key for key, _, _ in batch)
     assert seen == Counter(_object_key(objects, s) for s in source)
 

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 from torch.utils.data import DataLoader
 
-from workbench.adapters.torch import LoaderDataset, collate_raw
+from workbench.adapters.torch import LoaderDataset, collate_raw, worker_context
 from workbench.backends.registry import make_backend
 from workbench.config import Settings
 from workbench.data import SyntheticSource
@@ -97,7 +97,8 @@ def test_ranks_are_disjoint_and_cover_the_split(settings, source, dataset):
 def test_dataloader_workers_deliver_each_sample_once(settings, source, dataset, workers):
     _, root, train = dataset
     ds = LoaderDataset("fs", settings, dataset=source.name, root=str(root), concurrency=4)
-    loader = DataLoader(ds, batch_size=8, num_workers=workers, collate_fn=collate_raw)
+    loader = DataLoader(ds, batch_size=8, num_workers=workers, collate_fn=collate_raw,
+                        multiprocessing_context=worker_context(settings, workers))
     keys = [k for batch in loader for k in batch["key"]]
     assert Counter(keys) == Counter(list(train))
 

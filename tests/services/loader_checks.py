@@ -1,0 +1,56 @@
+"""The checks every loader's epochs must pass, shared by the contract tests (every registered loader on
+every backend) and the peer tests (other projects' readers on layouts of their own)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from workbench.loaders import Item, make_loader
+
+
+def epoch(stack, loader: str, name: str, **config) -> list[Item]:
+    with make_loader(loader, stack, dataset=name, **config) as source:
+        return list(source)
+
+
+def check_one_epoch_is_exactly_the_split(stack, loader: str, name: str, expected: dict) -> None:
+    """The same multiset of ids as ingested, byte-identical payloads, the same labels."""
+    items = epoch(stack, loader, name)
+    assert Counter(i.key for i in items) == Counter(expected.keys())
+    for item in items:
+        assert item.data == expected[item.key].data
+        assert item.label == expected[item.key].label
+
+
+def check_two_ranks_never_overlap(stack, loader: str, name: str, expected: dict) -> None:
+    ranks = [Counter(i.key for i in epoch(stack, loader, name, shard_id=r, num_shards=2)) for r in range(2)]
+    assert ranks[0] and ranks[1]
+    assert not set(ranks[0]) & set(ranks[1])
+    assert ranks[0] + ranks[1] == Counter(expected.keys())
+
+
+def check_shuffled_epochs_differ(stack, loader: str, name: str, reproducible: bool) -> None:
+    """Epochs differ in order, not in content; with `reproducible`, a seed gives the same order again."""
+    with make_loader(loader, stack, dataset=name, seed=5) as source:
+        first = [i.key for i in source]
+        source.set_epoch(1)
+        second = [i.key for i in source]
+    assert first != second and sorted(first) == sorted(second)
+    if reproducible:
+        with make_loader(loader, stack, dataset=name, seed=5) as again:
+            assert [i.key for i in again] == first
+
+
+def check_dataloader_workers_deliver_each_sample_once(stack, loader: str, name: str, expected: dict,
+                                                      workers: int) -> None:
+    """Workers started as the pipelines start them (settings.worker_start), each reading its own shard."""
+    from torch.utils.data import DataLoader
+
+    from workbench.adapters.torch import LoaderDataset, collate_raw, worker_context
+
+    data = LoaderDataset(loader, stack, dataset=name, batch_size=8)
+    keys: Counter = Counter()
+    for batch in DataLoader(data, batch_size=8, num_workers=workers, collate_fn=collate_raw,
+                            multiprocessing_context=worker_context(stack, workers)):
+        keys.update(batch["key"])
+    assert keys == Counter(expected.keys())

@@ -58,7 +58,7 @@ class Settings(BaseSettings):
     tls_ca_file: Path | None = Field(None, description="CA bundle clients trust (default: <tls_dir>/ca.crt)")
     worker_start: Literal["forkserver", "spawn", "fork"] = Field(
         "forkserver", description="how torch DataLoader workers start: forkserver and spawn never fork a process "
-                                  "that already runs threads (TF, gRPC, drivers); fork starts fastest")
+                                  "that already runs threads (TF, gRPC, drivers); fork needs no server start")
 
     cassandra_port: int = 9042
     cassandra_storage_port: int = 7000

@@ -76,4 +76,6 @@ def describe_environment(settings=None) -> dict:
     }
     if settings is not None:
         env["servers"] = server_versions(settings)
+        env["tls"] = settings.tls
+        env["worker_start"] = settings.worker_start  # how DataLoader workers started: it moves workers > 0 rates
     return env

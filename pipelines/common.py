@@ -392,6 +392,14 @@ def train_blob_labels(task: str, step: TrainStep, transform: Callable, score: tu
             "loss": loss, score_name: value}
 
 
+def add_run_flags(parser: argparse.ArgumentParser, option_help: str = "loader setting, repeatable "
+                  "(concurrency=32, via_proxy=true, shuffle_buffer=500...)") -> None:
+    """The flags every training pipeline shares: untimed warm-up steps, loader settings, where results go."""
+    parser.add_argument("--warmup", type=int, default=None, help="untimed first steps (default: steps/10, 1..10)")
+    parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help=option_help)
+    parser.add_argument("--results-dir", default=None, help="also write a results row (json + csv) here")
+
+
 def blob_label_parser(prog: str, description: str, kind: str, num_classes_help: str,
                       **model_argument: Any) -> argparse.ArgumentParser:
     """The CLI of the pipelines whose labels are blobs (segmentation masks, multi-hot vectors)."""
@@ -410,9 +418,7 @@ def blob_label_parser(prog: str, description: str, kind: str, num_classes_help: 
     p.add_argument("--num-classes", type=int, default=10, help=num_classes_help)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--warmup", type=int, default=None)
-    p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="loader setting")
-    p.add_argument("--results-dir", default=None)
+    add_run_flags(p)
     return p
 
 

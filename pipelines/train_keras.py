@@ -30,7 +30,7 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from pipelines.common import Meter, default_warmup, loader_options, ratio_of, report, run_cli
+from pipelines.common import Meter, add_run_flags, default_warmup, loader_options, ratio_of, report, run_cli
 from workbench.errors import WorkbenchError
 
 IGNITE_DATASET = "ignite-dataset"
@@ -220,10 +220,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=int, default=None)
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--threads", type=int, default=None, help="TensorFlow intra/inter-op threads")
-    p.add_argument("--warmup", type=int, default=None)
-    p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="loader setting (or page_size / cache_name for ignite-dataset)")
-    p.add_argument("--results-dir", default=None)
+    add_run_flags(p, option_help="loader setting (or page_size / cache_name for ignite-dataset)")
     return p
 
 

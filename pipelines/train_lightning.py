@@ -35,6 +35,7 @@ from pipelines.common import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     Meter,
+    add_run_flags,
     build_classifier,
     default_model,
     default_warmup,
@@ -239,9 +240,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--warmup", type=int, default=None)
-    p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="loader setting")
-    p.add_argument("--results-dir", default=None)
+    add_run_flags(p)
     return p
 
 

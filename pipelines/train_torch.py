@@ -29,6 +29,7 @@ from typing import Any
 
 from pipelines.common import (
     TrainStep,
+    add_run_flags,
     build_classifier,
     classification_batch,
     default_model,
@@ -195,7 +196,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True, help="dataset name as ingested")
     p.add_argument("--decode", choices=DECODERS, default="torch", help="dali (GPU decode when present) or torch")
     p.add_argument("--steps", type=int, default=50, help="training steps (the first few are warm-up, untimed)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed first steps (default: steps/10, 1..10)")
     p.add_argument("--batch-size", type=int, default=None, help="default: 128 on a GPU, 32 on a CPU")
     p.add_argument("--model", default=None, help="tiny or a torchvision model (default: resnet50 GPU, resnet18 CPU)")
     p.add_argument("--size", type=int, default=None, help="image side (default: 224 GPU, 112 CPU)")
@@ -208,9 +208,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda when present)")
     p.add_argument("--no-amp", action="store_true", help="float32 even on a GPU")
     p.add_argument("--split", default="train")
-    p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="loader setting, repeatable (concurrency=32, via_proxy=true, shuffle_buffer=500...)")
-    p.add_argument("--results-dir", default=None, help="also write a results row (json + csv) here")
+    add_run_flags(p)
     return p
 
 

@@ -36,6 +36,9 @@ def test_tiny_grid_yields_expected_rows_and_records_failures(stack, tmp_path):
     assert (failed.status == "error").all() and failed.error.str.contains("not loadable here").all()
     assert {"git_commit", "servers", "packages", "cpu_model"} <= set(runs.columns)
     assert (folder / "runs.csv").exists() and json.loads((folder / "config.json").read_text())["name"] == "tiny"
+    environment = json.loads((folder / "environment.json").read_text())
+    assert environment["worker_start"] == stack.worker_start and environment["tls"] == stack.tls
+    assert environment["servers"]  # versions read from the real servers
 
 
 def test_unwritable_results_dir_is_reported_first(tmp_path):

@@ -97,10 +97,3 @@ def test_workers_started_cleanly_decode_every_sample_once(tmp_path, method):
     assert images.shape == (24, 3, 32, 32)
     assert Counter(torch.cat([b[1] for b in batches]).tolist()) == Counter(s.label for s in source)
 
-
-def test_results_record_how_workers_started(tmp_path, monkeypatch):
-    from workbench import environment
-
-    monkeypatch.setattr(environment, "server_versions", lambda settings: {})  # no servers in a unit test
-    env = environment.describe_environment(settings_for(tmp_path, "spawn"))
-    assert env["worker_start"] == "spawn" and env["tls"] is False

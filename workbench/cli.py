@@ -1,8 +1,9 @@
-"""The `workbench` command line: stack management now; ingest, bench, sweep and report grow here."""
+"""The `workbench` command line: run the stack, ingest and verify datasets, benchmark, sweep, report, chaos, Triton."""
 
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -141,30 +142,48 @@ def parse_options(pairs: list[str]) -> dict[str, str]:
 
 
 Backend = Annotated[str, typer.Option("--backend", "-b", help="cassandra | s3-objects | s3-shards | ignite | fs")]
-Options = Annotated[list[str] | None, typer.Option("--option", "-o", help="layout option KEY=VALUE (repeatable)")]
+Options = Annotated[list[str] | None, typer.Option(
+    "--option", "-o", help="layout option KEY=VALUE, repeatable (e.g. workers=8, maxcount=1000; an unknown key lists "
+    "the backend's options)")]
 Dataset = Annotated[str | None, typer.Option(help="dataset name (default: the source's own name)")]
+
+
+class OnBad(StrEnum):
+    """What `workbench ingest` does with files that are not readable images."""
+
+    skip = "skip"
+    fail = "fail"
 
 
 @app.command("ingest")
 def ingest_command(
-    source: Annotated[str, typer.Option(help="synthetic:N[:kind] | imagefolder:PATH")],
+    source: Annotated[str, typer.Option(
+        help="synthetic:N[:classification|segmentation|multilabel] | imagefolder:PATH")],
     backend: Backend,
     dataset: Dataset = None,
     option: Options = None,
-    strict: Annotated[bool, typer.Option(help="fail on the first unreadable image instead of skipping it")] = False,
+    on_bad: Annotated[OnBad, typer.Option(
+        "--on-bad", help="bad images (empty, not an image, truncated, corrupt): skip = report each and ingest the "
+        "rest; fail = check all first, write nothing, exit 1 naming them")] = OnBad.skip,
 ) -> None:
     """Write a dataset into a backend's layout; re-running adds nothing, an interrupted run resumes."""
     from workbench.backends import make_backend
     from workbench.catalog import catalog_path
     from workbench.data import parse_source
-    from workbench.ingest import ingest
+    from workbench.ingest import BadImagesError, ingest
 
     settings = get_settings()
     src = parse_source(source)
     target = make_backend(backend, settings, dataset or src.name, **parse_options(option or []))
-    summary = ingest(src, target, strict=strict, source_spec=source)
+    try:
+        summary = ingest(src, target, on_bad=on_bad.value, source_spec=source)
+    except BadImagesError as exc:
+        for bad in exc.bad:
+            console.print(f"[red]bad image[/red] {bad}", highlight=False, soft_wrap=True)
+        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
     for bad in summary.skipped_bad:
-        console.print(f"[yellow]skipped[/yellow] {bad}", highlight=False)
+        console.print(f"[yellow]skipped bad image[/yellow] {bad}", highlight=False, soft_wrap=True)
     console.print(summary.line(), highlight=False)
     console.print(f"catalog: {catalog_path(settings, backend, target.dataset)}")
 

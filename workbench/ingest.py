@@ -2,6 +2,10 @@
 
 Ids are uuid5(dataset, sample name), so ingesting the same source twice adds nothing and an
 interrupted ingest resumes where it stopped: `stored_ids` says what is already complete.
+
+Bad images (empty, not an image, truncated, corrupt: `verify_image`'s one-line reasons) follow ``on_bad``:
+``skip`` stores the rest and lists each bad file in the summary; ``fail`` checks every image first and,
+if any is bad, writes nothing and raises `BadImagesError` naming them all.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from workbench import catalog
 from workbench.backends.base import Backend
 from workbench.data import Sample, Source, verify_image
 from workbench.errors import WorkbenchError
+
+ON_BAD = ("skip", "fail")
 
 
 @dataclass
@@ -56,9 +62,24 @@ class VerifyReport:
         return not (self.missing or self.extra or self.mismatched)
 
 
-def _checked(source: Source, backend: Backend, summary: IngestSummary, skip: set, strict: bool,
+class BadImagesError(WorkbenchError):
+    """`ingest(on_bad="fail")` found bad images; ``bad`` holds one ``name: reason`` line per file."""
+
+    def __init__(self, source: str, bad: list[str]) -> None:
+        self.bad = bad
+        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        super().__init__(f"{len(bad)} bad image(s) in {source}, nothing written: {shown}; "
+                         "fix or remove them, or use --on-bad skip to ingest the rest")
+
+
+def bad_images(source: Source, skip: set) -> list[str]:
+    """``name: reason`` of every sample of `source` (except ids in `skip`) that is not a readable image."""
+    return [f"{s.name}: {problem}" for s in source if s.id not in skip and (problem := verify_image(s.data))]
+
+
+def _checked(source: Source, backend: Backend, summary: IngestSummary, skip: set,
              check_images: bool) -> Iterator[Sample]:
-    """The source's samples that still need writing; bad ones are refused or counted by name."""
+    """The source's samples that still need writing; bad images are left out and listed in the summary."""
     limit = backend.options.max_sample_bytes
     for sample in source:
         if sample.id in skip:
@@ -71,22 +92,30 @@ def _checked(source: Source, backend: Backend, summary: IngestSummary, skip: set
             )
         problem = verify_image(sample.data) if check_images else None
         if problem:
-            if strict:
-                raise WorkbenchError(f"bad image {sample.name}: {problem} (drop --strict to skip bad images)")
             summary.skipped_bad.append(f"{sample.name}: {problem}")
             continue
         yield sample
 
 
-def ingest(source: Source, backend: Backend, strict: bool = False, check_images: bool = True,
+def ingest(source: Source, backend: Backend, on_bad: str = "skip", check_images: bool = True,
            progress: bool = True, source_spec: str = "") -> IngestSummary:
-    """Write every sample of `source` that `backend` does not hold yet; returns the summary."""
+    """Write every sample of `source` that `backend` does not hold yet; returns the summary.
+
+    Bad images: see the module docstring (``on_bad``); ``check_images=False`` trusts the source (synthetic data).
+    """
+    if on_bad not in ON_BAD:
+        raise WorkbenchError(f"unknown on_bad '{on_bad}': use {' or '.join(ON_BAD)}")
     total = len(source)
     if total == 0:
         raise WorkbenchError(f"source {source.name} is empty: nothing to ingest")
     summary = IngestSummary(backend.name, source.name)
     backend.prepare(source_splits(source))
     stored = backend.stored_ids()
+    if check_images and on_bad == "fail":
+        bad = bad_images(source, stored)
+        if bad:
+            raise BadImagesError(source_spec or source.name, bad)
+        check_images = False  # every image was just checked
     bar = tqdm(total=total, unit="img", desc=f"ingest {backend.name}", disable=not progress,
                initial=0, dynamic_ncols=True)
 
@@ -97,7 +126,7 @@ def ingest(source: Source, backend: Backend, strict: bool = False, check_images:
 
     start = time.perf_counter()
     try:
-        backend.write(_checked(source, backend, summary, stored, strict, check_images), advance)
+        backend.write(_checked(source, backend, summary, stored, check_images), advance)
     finally:
         summary.seconds = time.perf_counter() - start
         bar.update(summary.already_stored + len(summary.skipped_bad))

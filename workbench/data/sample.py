@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 # Fixed namespace so that ids are reproducible across machines and runs.
 NAMESPACE: uuid.UUID = uuid.uuid5(uuid.NAMESPACE_URL, "workbench")
@@ -69,17 +71,69 @@ def decode_multilabel(data: bytes) -> np.ndarray:
 
 
 def verify_image(data: bytes) -> str | None:
-    """Return None if ``data`` decodes as an image, else a one-line reason.
+    """Return None if ``data`` decodes as an image, else one short reason a person can act on.
 
+    Reasons: ``empty file (0 bytes)``, ``not an image``, ``truncated JPEG`` (or PNG...), ``truncated or corrupt
+    JPEG header``, ``corrupt JPEG (<Pillow's first line>)``; never a Python repr (Pillow's own messages
+    name ``<_io.BytesIO object at 0x...>``).
     ``verify()`` checks structure without decoding; a second full ``load()`` is needed because
     ``verify()`` does not notice truncated pixel data.
     """
+    if not data:
+        return "empty file (0 bytes)"
+    fmt = _magic_format(data)
     try:
         with Image.open(io.BytesIO(data)) as img:
+            fmt = img.format or fmt
             img.verify()
         with Image.open(io.BytesIO(data)) as img:
             img.load()
-    except Exception as exc:  # Pillow raises many types (OSError, SyntaxError, ValueError...)
-        reason = str(exc).splitlines()[0] if str(exc) else ""
-        return f"{type(exc).__name__}: {reason}" if reason else type(exc).__name__
+    except UnidentifiedImageError:  # no decoder accepts the header
+        return f"truncated or corrupt {fmt} header" if fmt else "not an image"
+    except Image.DecompressionBombError as exc:  # Pillow refuses to decode it, which is no corruption
+        return f"too large to decode ({_clean_reason(exc)})"
+    except Exception as exc:  # Pillow raises many types (OSError, SyntaxError, ValueError, struct.error...)
+        reason = _clean_reason(exc)
+        if isinstance(exc, EOFError) or any(word in reason.lower() for word in _TRUNCATED_WORDS):
+            return f"truncated {fmt or 'image'}"
+        return f"corrupt {fmt or 'image'} ({reason})"
     return None
+
+
+_TRUNCATED_WORDS = ("truncated", "broken data stream", "premature end")
+_MAGIC_FORMATS = ((JPEG_MAGIC, "JPEG"), (PNG_MAGIC, "PNG"), (b"GIF8", "GIF"), (b"RIFF", "WEBP"))
+_REPR = re.compile(r"\s*<[^<>]*\bat 0x[0-9a-fA-F]+>")
+
+
+def _magic_format(data: bytes) -> str:
+    """The format a file's first bytes claim, or "" (used when Pillow cannot even open it)."""
+    return next((fmt for magic, fmt in _MAGIC_FORMATS if data.startswith(magic)), "")
+
+
+def _clean_reason(exc: BaseException) -> str:
+    """The first line of an exception's message without object reprs; the type name when nothing is left."""
+    text = str(exc).splitlines()[0] if str(exc).strip() else ""
+    text = _REPR.sub("", text).strip(" :")
+    return text or type(exc).__name__
+
+
+Progress = Callable[[int, int], None]  # (samples, bytes) just written
+
+
+@dataclass(frozen=True)
+class StoredSample:
+    """A sample as a backend holds it: what `verify` and the loaders' correctness tests compare."""
+
+    id: uuid.UUID
+    split: str
+    label: int | bytes | None
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """What a loader yields: the sample id (uuid string, the same across every backend), label and bytes."""
+
+    key: str
+    label: int | bytes | None
+    data: bytes

@@ -16,10 +16,10 @@ from workbench.backends.base import storage_name
 from workbench.backends.registry import make_backend
 from workbench.backends.s3_objects import S3ObjectsBackend
 from workbench.backends.s3_shards import S3ShardsBackend
-from workbench.clients import s3_client
 from workbench.data import Sample, SyntheticSource, read_index
 from workbench.errors import WorkbenchError
 from workbench.ingest import ingest, verify
+from workbench.storage import s3_client
 
 pytestmark = pytest.mark.services
 

@@ -16,7 +16,6 @@ from torch.utils.data import DataLoader
 
 from workbench.adapters.torch import LoaderDataset, collate_raw, worker_context
 from workbench.backends.registry import make_backend
-from workbench.clients import s3_client
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
@@ -31,6 +30,7 @@ from workbench.loaders.s3_objects import raw_ceiling as objects_ceiling
 from workbench.loaders.s3_shards import RemoteDataset, make_client
 from workbench.loaders.s3_shards import raw_ceiling as shards_ceiling
 from workbench.net.toxiproxy import Toxiproxy
+from workbench.storage import s3_client
 
 pytestmark = [pytest.mark.services,
               pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")]  # 2-core machines

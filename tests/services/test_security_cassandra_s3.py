@@ -19,7 +19,7 @@ import pytest
 from pydantic import SecretStr
 
 from workbench.backends.registry import make_backend
-from workbench.clients import CassandraLoginRefused, cassandra_session, s3_client
+from workbench.clients import CassandraLoginRefused, cassandra_session
 from workbench.config import Settings, generated_credentials
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
@@ -28,6 +28,7 @@ from workbench.loaders import make_loader
 from workbench.loaders.retry import is_transient
 from workbench.stack import down, status, up
 from workbench.stack.tls import ensure_certificates
+from workbench.storage import s3_client
 
 pytestmark = pytest.mark.services
 

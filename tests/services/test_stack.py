@@ -7,9 +7,10 @@ import uuid
 import numpy as np
 import pytest
 
-from workbench.clients import cassandra_session, ignite_client, s3_client, triton_client
+from workbench.clients import cassandra_session, ignite_client, triton_client
 from workbench.net.toxiproxy import Toxiproxy
 from workbench.stack import down, status, up
+from workbench.storage import s3_client
 
 pytestmark = pytest.mark.services
 

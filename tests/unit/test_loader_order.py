@@ -6,7 +6,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
-from workbench.loaders.inflight import in_flight
+from workbench.concurrency import in_flight
 from workbench.loaders.order import effective_shard, epoch_order, shuffle_buffer, take_shard
 
 ITEMS = list(range(103))

@@ -220,7 +220,8 @@ def test_minio_gets_a_certs_dir_with_the_server_pair_and_the_ca(clean_env):
 def test_clients_trust_only_the_stack_ca_and_check_the_host(clean_env):
     import ssl
 
-    from workbench.clients import cassandra_ssl_context, s3_client
+    from workbench.clients import cassandra_ssl_context
+    from workbench.storage import s3_client
 
     settings = _settings(clean_env, tls=True, s3_access_key="wb-key", s3_secret_key="s" * 24)
     ensure_certificates(settings)
@@ -296,7 +297,7 @@ def test_cassandra_failures_become_one_clear_line(clean_env):
 def test_s3_tls_failures_become_one_clear_permanent_line():
     from botocore.exceptions import SSLError
 
-    from workbench.clients.s3 import _S3TLSErrors
+    from workbench.storage.s3 import _S3TLSErrors
 
     handler = _S3TLSErrors("https://127.0.0.1:9000", 1.0)
     for text, expected in (

@@ -10,17 +10,14 @@ from __future__ import annotations
 import re
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench import catalog
 from workbench.config import Settings
-from workbench.data import Sample
-
-Progress = Callable[[int, int], None]  # (samples, bytes) just written
+from workbench.data import Progress, Sample, StoredSample
 
 
 class LayoutOptions(BaseModel):
@@ -32,16 +29,6 @@ class LayoutOptions(BaseModel):
     label_type: str = Field("int", pattern="^(int|blob|none)$", description="how labels are stored")
     max_sample_bytes: int = Field(16 * 2**20, gt=0, description="refuse samples larger than this")
     via_proxy: bool = Field(False, description="write through toxiproxy instead of directly")
-
-
-@dataclass(frozen=True)
-class StoredSample:
-    """A sample as a backend holds it: what `verify` and the loaders' correctness tests compare."""
-
-    id: uuid.UUID
-    split: str
-    label: int | bytes | None
-    data: bytes
 
 
 def storage_name(dataset: str) -> str:

@@ -7,7 +7,7 @@ Root: ``--root`` (default ``settings.state_dir/fs/<storage name>``). Two layouts
   ``<root>/<split>/manifest.txt`` ("key label" lines) and ``<root>/_journal/`` (ids; see
   `workbench.backends.s3_objects`, whose `ObjectSet` writes this layout too);
 * ``shards``: ``<root>/<split>/shard-NNNNNN.tar`` + ``index.json`` + ``ids/`` records, as ``s3-shards``
-  (`workbench.backends.shardset`).
+  (`workbench.layouts.shards`).
 
 Every file is written to a hidden temporary name in its folder, then renamed: an interrupted ingest
 never leaves a partial image or shard under a real name (leftover ``*.wbtmp`` files are ignored and
@@ -17,8 +17,6 @@ power cut.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -27,13 +25,13 @@ from typing import Literal
 from pydantic import Field
 
 from workbench.backends.base import Backend, LayoutOptions, Progress, StoredSample, storage_name
-from workbench.backends.s3_objects import MANIFEST, ObjectSet
-from workbench.backends.shardset import SHARD_PATTERN, ShardSet, Store, check_split
 from workbench.config import Settings
 from workbench.data import Sample
 from workbench.errors import WorkbenchError
-
-TMP_SUFFIX = ".wbtmp"
+from workbench.layouts.common import check_split
+from workbench.layouts.objects import MANIFEST, ObjectSet
+from workbench.layouts.shards import SHARD_PATTERN, ShardSet
+from workbench.storage import TMP_SUFFIX, DirStore
 
 
 class FilesystemOptions(LayoutOptions):
@@ -42,74 +40,6 @@ class FilesystemOptions(LayoutOptions):
     layout: Literal["imagefolder", "shards"] = Field("imagefolder", description="one file per sample, or tar shards")
     maxsize: float = Field(1e8, gt=0, description="shards: largest shard in bytes")
     maxcount: int = Field(100_000, ge=1, description="shards: most samples per shard")
-
-
-class DirStore(Store):
-    """Keys as files under a directory; atomic writes by rename. Metadata is not kept."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.where = str(root)
-
-    def _path(self, key: str) -> Path:
-        return self.root.joinpath(*key.split("/"))
-
-    def put(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> None:
-        path = self._path(key)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise WorkbenchError(
-                f"cannot write {path}: {exc.strerror or exc} (check the folder's space and rights)"
-            ) from exc
-
-    def get(self, key: str) -> tuple[bytes, dict[str, str]]:
-        try:
-            return self._path(key).read_bytes(), {}
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            raise KeyError(key) from None
-        except OSError as exc:
-            raise WorkbenchError(f"cannot read {self._path(key)}: {exc.strerror or exc}") from exc
-
-    def list(self, under: str = "") -> Iterator[tuple[str, int]]:
-        top = self._path(under) if under else self.root
-        for dirpath, _dirs, files in os.walk(top):
-            rel_dir = Path(dirpath).relative_to(self.root).as_posix()
-            for name in files:
-                if name.endswith(TMP_SUFFIX):
-                    continue
-                try:
-                    size = os.stat(os.path.join(dirpath, name)).st_size
-                except FileNotFoundError:
-                    continue
-                yield (name if rel_dir == "." else f"{rel_dir}/{name}"), size
-
-    def delete(self, keys: Iterable[str]) -> None:
-        for key in keys:
-            self._path(key).unlink(missing_ok=True)
-
-    def prune(self) -> None:
-        """Remove empty folders bottom-up, the root included."""
-        if not self.root.is_dir():
-            return
-        for dirpath, _dirs, _files in os.walk(self.root, topdown=False):
-            with contextlib.suppress(OSError):  # not empty
-                os.rmdir(dirpath)
-
-    def remove_temporaries(self) -> int:
-        """Delete ``*.wbtmp`` files a killed writer left behind; returns how many."""
-        removed = 0
-        for dirpath, _dirs, files in os.walk(self.root):
-            for name in files:
-                if name.endswith(TMP_SUFFIX):
-                    Path(dirpath, name).unlink(missing_ok=True)
-                    removed += 1
-        return removed
 
 
 class FilesystemBackend(Backend):

@@ -11,7 +11,7 @@ label), ``.id`` and ``.sum`` (see `workbench.data.shards`), readable by the ``we
 over presigned http URLs: `shard_urls`) and by DALI's ``fn.readers.webdataset``. Shards are packed in
 the writing thread (one in memory per packer) and uploaded by `workers` threads, at most
 min(workers, 512 MiB / maxsize) shards in flight; shards over 8 MiB go up as multipart uploads.
-Resume, numbering and the index: `workbench.backends.shardset`.
+Resume, numbering and the index: `workbench.layouts.shards`.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ from collections.abc import Iterable, Iterator
 from pydantic import Field
 
 from workbench.backends.base import Backend, Progress, StoredSample, storage_name
-from workbench.backends.s3_objects import S3Options, S3Store
-from workbench.backends.shardset import SHARD_PATTERN, ShardSet, check_split
+from workbench.backends.s3_objects import S3Options
 from workbench.config import Settings
 from workbench.data import Sample
+from workbench.layouts.common import check_split
+from workbench.layouts.shards import SHARD_PATTERN, ShardSet
+from workbench.storage import S3Store
 
 
 class S3ShardsOptions(S3Options):

@@ -14,12 +14,11 @@ from workbench.clients.cassandra import (
     cassandra_ssl_context,
 )
 from workbench.clients.ignite import connect_ignite, ignite_client, ignite_options, ignite_tls_options
-from workbench.clients.s3 import explain_s3_tls_errors, s3_client
 from workbench.clients.tls import speaks_tls
 from workbench.clients.triton import triton_client
 
 __all__ = [
     "CassandraLoginRefused", "cassandra_cluster", "cassandra_error", "cassandra_session", "cassandra_ssl_context",
-    "connect_ignite", "explain_s3_tls_errors", "ignite_client", "ignite_options", "ignite_tls_options",
-    "s3_client", "speaks_tls", "triton_client",
+    "connect_ignite", "ignite_client", "ignite_options", "ignite_tls_options",
+    "speaks_tls", "triton_client",
 ]

@@ -30,6 +30,9 @@ INDEX_VERSION = 1
 ID_ENTRY = "uid"
 SUM_ENTRY = "sum"
 META_ENTRIES = (ID_ENTRY, SUM_ENTRY)
+INT_LABEL_ENTRY = "cls"
+# Blob label entries, in the order a reader looks for them (the writer writes at most one label entry).
+BLOB_LABEL_ENTRIES = ("seg.png", "png", "npy", "lbl")
 
 @dataclass
 class ShardInfo:
@@ -64,7 +67,7 @@ def sample_to_entries(s: Sample) -> dict[str, bytes]:
     image_ext = _image_ext(s)
     entries = {image_ext: s.data}
     if isinstance(s.label, int):
-        entries["cls"] = str(s.label).encode()
+        entries[INT_LABEL_ENTRY] = str(s.label).encode()
     elif isinstance(s.label, bytes):
         if s.label.startswith(PNG_MAGIC):
             entries["seg.png" if image_ext == "png" else "png"] = s.label
@@ -75,6 +78,32 @@ def sample_to_entries(s: Sample) -> dict[str, bytes]:
     entries[ID_ENTRY] = str(s.id).encode()
     entries[SUM_ENTRY] = s.checksum.encode()
     return entries
+
+
+def entry_label(entries: dict[str, Any], image_ext: str, label_type: str, where: str) -> int | bytes | None:
+    """The label of one sample's entries, the one rule for every reader of our shards.
+
+    ``int``: the ``cls`` entry, required; ``blob``: the first of BLOB_LABEL_ENTRIES, required; ``none``: None;
+    ``any`` (scans): whichever label entry is there, else None. A required entry that is missing, or a
+    ``cls`` that is not an integer, is a WorkbenchError naming the sample and what to use instead.
+    """
+    if label_type == "none":
+        return None
+    if label_type in ("int", "any") and INT_LABEL_ENTRY in entries:
+        try:
+            return int(entries[INT_LABEL_ENTRY])
+        except ValueError:
+            raise WorkbenchError(f"{where}: 'cls' is not an integer") from None
+    if label_type == "int":
+        raise WorkbenchError(f"{where} has no 'cls' entry but label_type is int: use label_type blob "
+                             "(masks, multilabel) or none")
+    ext = next((e for e in BLOB_LABEL_ENTRIES if e in entries and e != image_ext), None)
+    if ext is not None:
+        return entries[ext]
+    if label_type == "blob":
+        raise WorkbenchError(f"{where} has no label entry ({', '.join(BLOB_LABEL_ENTRIES)}) but label_type is "
+                             "blob: use label_type int or none")
+    return None
 
 
 def _member_size(data_len: int) -> int:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workbench.config import Settings
+from workbench.data import Item
 
 
 class LoaderConfig(BaseModel):
@@ -42,13 +42,6 @@ class LoaderConfig(BaseModel):
         if self.shard_id >= self.num_shards:
             raise ValueError(f"shard_id {self.shard_id} must be < num_shards {self.num_shards}")
         return self
-
-
-@dataclass(frozen=True, slots=True)
-class Item:
-    key: str  # the sample id (uuid string), the same across every backend
-    label: int | bytes | None
-    data: bytes
 
 
 class Loader(ABC):

@@ -3,7 +3,7 @@
 Samples are rows of ``<keyspace>.data_<split>(id uuid PRIMARY KEY, label, data blob)``; the ids come
 from the split's metadata table (or `source_uuids`). Each epoch this shard's ids are read with one
 prepared single-partition SELECT per sample, `concurrency` requests in flight
-(`workbench.loaders.inflight`), and a background thread keeps `prefetch_buffers` whole batches ready,
+(`workbench.concurrency`), and a background thread keeps `prefetch_buffers` whole batches ready,
 so the consumer never waits on the network while a batch is complete. Parameter names follow the
 plugin (cassandra_ips, cassandra_port, table, id_col/label_col/data_col, source_uuids, prefetch_buffers,
 io_threads, username/password, use_ssl and ssl_*). Login and TLS default to the stack's: settings'
@@ -32,10 +32,10 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from workbench import catalog
 from workbench.clients import cassandra_error
+from workbench.concurrency import in_flight
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
-from workbench.loaders.inflight import in_flight
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.retry import RETRIES, RetryPolicy, is_transient, policy_of
 

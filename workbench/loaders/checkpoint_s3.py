@@ -28,10 +28,10 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from workbench.backends.s3_objects import S3Store
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders.object_datasets import parse_s3_uri
+from workbench.storage import MultipartUpload, S3Store
 
 MIB = 2**20
 MIN_PART = 5 * MIB  # S3's smallest part (except the last)
@@ -90,7 +90,7 @@ class S3CheckpointWriter(io.RawIOBase):
         self.concurrency = concurrency
         self._buffer = bytearray()
         self._position = 0
-        self._upload_id: str | None = None
+        self._upload: MultipartUpload | None = None
         self._parts: dict[int, Future] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._finished = False  # completed or aborted
@@ -128,20 +128,13 @@ class S3CheckpointWriter(io.RawIOBase):
             super().close()
             return
         try:
-            if self._upload_id is None:
-                data = bytes(self._buffer)
-                with self.store.errors(f"writing {self.uri}"):
-                    self.store.client.put_object(Bucket=self.store.bucket, Key=self.key, Body=data)
+            if self._upload is None:
+                self.store.put(self.key, bytes(self._buffer))
             else:
                 if self._buffer:
                     part, self._buffer = bytes(self._buffer), bytearray()
                     self._submit(part)
-                parts = [{"PartNumber": n, "ETag": f.result()} for n, f in sorted(self._parts.items())]
-                with self.store.errors(f"completing the upload of {self.uri}"):
-                    self.store.client.complete_multipart_upload(
-                        Bucket=self.store.bucket, Key=self.key, UploadId=self._upload_id,
-                        MultipartUpload={"Parts": parts},
-                    )
+                self._upload.complete([(n, f.result()) for n, f in sorted(self._parts.items())])
             self._finished = True
         except BaseException:
             self.abort()
@@ -160,10 +153,9 @@ class S3CheckpointWriter(io.RawIOBase):
             future.cancel()
         self._shutdown()
         self._buffer = bytearray()
-        if self._upload_id is not None:
-            upload_id, self._upload_id = self._upload_id, None
-            with self.store.errors(f"aborting the upload of {self.uri}"):
-                self.store.client.abort_multipart_upload(Bucket=self.store.bucket, Key=self.key, UploadId=upload_id)
+        if self._upload is not None:
+            upload, self._upload = self._upload, None
+            upload.abort()
         super().close()
 
     def __exit__(self, exc_type: Any, *rest: Any) -> None:
@@ -180,10 +172,8 @@ class S3CheckpointWriter(io.RawIOBase):
     # ------------------------------------------------------------------------------------ uploading
 
     def _submit(self, part: bytes) -> None:
-        if self._upload_id is None:
-            with self.store.errors(f"starting the upload of {self.uri}"):
-                self._upload_id = self.store.client.create_multipart_upload(
-                    Bucket=self.store.bucket, Key=self.key)["UploadId"]
+        if self._upload is None:
+            self._upload = self.store.multipart(self.key)
             self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="ckpt-upload")
         number = len(self._parts) + 1
         if number > MAX_PARTS:
@@ -198,13 +188,7 @@ class S3CheckpointWriter(io.RawIOBase):
                 break
             wait(running, return_when=FIRST_COMPLETED)
         assert self._pool is not None
-        self._parts[number] = self._pool.submit(self._upload_part, number, part, self._upload_id)
-
-    def _upload_part(self, number: int, data: bytes, upload_id: str) -> str:
-        with self.store.errors(f"uploading part {number} of {self.uri}"):
-            response = self.store.client.upload_part(Bucket=self.store.bucket, Key=self.key, UploadId=upload_id,
-                                                     PartNumber=number, Body=data)
-        return response["ETag"]
+        self._parts[number] = self._pool.submit(self._upload.put_part, number, part)
 
     def _shutdown(self) -> None:
         if self._pool is not None:
@@ -220,19 +204,13 @@ class S3CheckpointReader(io.RawIOBase):
         self.store = store
         self.key = key
         self.uri = f"s3://{store.bucket}/{key}"
-        from botocore.exceptions import ClientError
-
-        with store.errors(f"reading {self.uri}"):
-            try:
-                head = store.client.head_object(Bucket=store.bucket, Key=key)
-            except ClientError as exc:
-                if str(exc.response.get("Error", {}).get("Code")) in ("404", "NoSuchKey", "NotFound", "NoSuchBucket"):
-                    raise WorkbenchError(
-                        f"checkpoint {self.uri} does not exist (no such object, or no bucket '{store.bucket}')"
-                    ) from None
-                raise
-        self.size = int(head["ContentLength"])
-        self._etag = head.get("ETag")
+        try:
+            head = store.head(key)
+        except KeyError:
+            raise WorkbenchError(
+                f"checkpoint {self.uri} does not exist (no such object, or no bucket '{store.bucket}')") from None
+        self.size = head.size
+        self._etag = head.etag
         self._data = bytearray(self.size)
         self._view = memoryview(self._data)
         self._position = 0
@@ -242,14 +220,7 @@ class S3CheckpointReader(io.RawIOBase):
         self._chunks = [self._pool.submit(self._fetch, start, min(start + part_size, self.size)) for start in starts]
 
     def _fetch(self, start: int, end: int) -> None:
-        extra = {"IfMatch": self._etag} if self._etag else {}
-        with self.store.errors(f"reading bytes {start}-{end - 1} of {self.uri}"):
-            body = self.store.client.get_object(Bucket=self.store.bucket, Key=self.key,
-                                                Range=f"bytes={start}-{end - 1}", **extra)["Body"]
-            data = body.read()
-        if len(data) != end - start:
-            raise WorkbenchError(f"{self.uri}: got {len(data)} bytes for range {start}-{end - 1} (object changed?)")
-        self._view[start:end] = data
+        self._view[start:end] = self.store.get_range(self.key, start, end, self._etag)
 
     def _ready(self, start: int, end: int) -> None:
         """Wait for the parts covering [start, end)."""

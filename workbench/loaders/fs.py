@@ -30,21 +30,18 @@ from urllib.parse import unquote
 
 from pydantic import Field
 
+from workbench.concurrency import LazyPool, in_flight
 from workbench.config import Settings
-from workbench.data import ID_ENTRY, ShardInfo, read_index, read_shard
+from workbench.data import ShardInfo, read_index
 from workbench.errors import WorkbenchError
+from workbench.layouts.objects import JOURNAL, MANIFEST, SIDECAR
+from workbench.layouts.shards import INDEX, shard_items
 from workbench.loaders.base import Item, Loader, LoaderConfig
-from workbench.loaders.inflight import LazyPool, in_flight
 from workbench.loaders.order import effective_shard, epoch_order, shuffle_buffer, take_shard
 
 log = logging.getLogger(__name__)
 
-JOURNAL = "_journal"  # the layout written by workbench.backends.s3_objects.ObjectSet (via DirStore)
-MANIFEST = "manifest.txt"
-SIDECAR = ".label"
-INDEX = "index.json"
 SHARDS_IN_FLIGHT = 4  # whole shards (up to maxsize each) held in memory at once
-_BLOB_LABELS = ("png", "seg.png", "npy", "lbl")
 
 
 class FilesystemLoaderConfig(LoaderConfig):
@@ -248,26 +245,6 @@ def list_files(root: Path, split: str) -> list[FileEntry]:
     if not entries:
         raise WorkbenchError(f"no samples of split '{split}' under {root}: ingest the dataset first")
     return entries
-
-
-def shard_items(data: bytes, where: str, label_type: str) -> Iterator[Item]:
-    """Items of one tar shard: id from its sample id entry, data = first entry, label per `label_type`."""
-    for entries in read_shard(data, where):
-        try:
-            key = entries[ID_ENTRY].decode()
-        except (KeyError, UnicodeDecodeError):
-            sample = entries.get("__key__")
-            raise WorkbenchError(f"sample {sample} in {where} has no valid '{ID_ENTRY}' entry") from None
-        exts = [k for k in entries if k != "__key__"]
-        label: int | bytes | None = None
-        if label_type == "int" and "cls" in entries:
-            try:
-                label = int(entries["cls"])
-            except ValueError:
-                raise WorkbenchError(f"sample {key} in {where}: 'cls' entry is not an integer") from None
-        elif label_type == "blob":
-            label = next((entries[e] for e in _BLOB_LABELS if e in entries and e != exts[0]), None)
-        yield Item(key, label, entries[exts[0]])
 
 
 def raw_ceiling(settings: Settings, config: LoaderConfig | dict) -> tuple[int, int]:

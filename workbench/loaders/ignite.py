@@ -58,10 +58,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, SecretStr
 
 from workbench.clients import connect_ignite, ignite_tls_options
+from workbench.concurrency import in_flight
 from workbench.config import DEFAULT_CREDENTIALS, Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
-from workbench.loaders.inflight import in_flight
 from workbench.loaders.order import effective_shard, epoch_order, shuffle_buffer, take_shard
 from workbench.loaders.retry import RETRIES, is_transient, policy_of
 

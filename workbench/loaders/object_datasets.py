@@ -42,14 +42,14 @@ from typing import Any
 from pydantic import ValidationError
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-from workbench.backends.s3_objects import S3Store
+from workbench.concurrency import LazyPool, in_flight
 from workbench.config import Settings
 from workbench.data import META_ENTRIES
 from workbench.errors import WorkbenchError
-from workbench.loaders.inflight import LazyPool, in_flight
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.s3_objects import default_manifest_parser
 from workbench.loaders.s3_shards import S3ShardsConfig, S3ShardsLoader
+from workbench.storage import S3Store, s3_client_at
 
 __all__ = ["ObjectItem", "ObjectIterableDataset", "ObjectMapDataset", "RemoteDataset", "default_manifest_parser",
            "parse_s3_uri"]
@@ -373,24 +373,9 @@ class _ClientSpec:
         self.verify = getattr(session, "_verify", None)
 
     def make(self) -> Any:
-        import boto3
-
-        from workbench.clients import explain_s3_tls_errors
-
-        client = boto3.client("s3", endpoint_url=self.endpoint_url, region_name=self.region, config=self.config,
-                              aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
-                              aws_session_token=self.token, verify=self.verify)
-        explain_s3_tls_errors(client, self.config.connect_timeout or 10.0)
-        return client
-
-
-class _ClientStore(S3Store):
-    """An S3Store over a client the user made (cortx-style ``RemoteDataset(client, ...)``)."""
-
-    def __init__(self, client: Any, bucket: str, prefix: str) -> None:
-        super().__init__(Settings.model_construct(), bucket, prefix)
-        self.endpoint = client.meta.endpoint_url
-        self._client = client
+        return s3_client_at(self.endpoint_url, self.access_key, self.secret_key, region=self.region,
+                            timeout_s=self.config.connect_timeout or 10.0, verify=self.verify,
+                            session_token=self.token, config=self.config)
 
 
 class RemoteDataset(IterableDataset):
@@ -490,12 +475,12 @@ class RemoteDataset(IterableDataset):
         state["_client"] = None  # rebuilt from _spec in the worker
         return state
 
-    def _store(self) -> _ClientStore | None:
+    def _store(self) -> S3Store | None:
         if self._spec is None:
             return None
         if self._client is None or self._client_pid != os.getpid():
             self._client, self._client_pid = self._spec.make(), os.getpid()
-        return _ClientStore(self._client, self.config.bucket or "", self.config.prefix or "")
+        return S3Store.from_client(self._client, self.config.bucket or "", self.config.prefix or "")
 
     def loader(self, worker_id: int = 0, num_workers: int = 1) -> S3ShardsLoader:
         settings = self.settings if self.settings is not None else Settings.model_construct()

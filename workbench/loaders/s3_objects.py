@@ -29,14 +29,15 @@ from urllib.parse import unquote
 
 from pydantic import Field
 
-from workbench.backends.s3_objects import MANIFEST, S3Store
+from workbench.concurrency import LazyPool, in_flight
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
+from workbench.layouts.objects import MANIFEST
 from workbench.loaders.base import Item, Loader, LoaderConfig
-from workbench.loaders.inflight import LazyPool, in_flight
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.retry import RETRIES, policy_of
 from workbench.loaders.s3_shards import locate_prefix
+from workbench.storage import S3Store
 
 Entry = tuple[str, str | None]  # (key relative to <prefix>/<split>/, manifest label field or None)
 

@@ -32,20 +32,17 @@ from typing import Any
 
 from pydantic import Field
 
-from workbench.backends.s3_objects import S3Store
+from workbench.concurrency import LazyPool, in_flight
 from workbench.config import Settings
-from workbench.data import ID_ENTRY, META_ENTRIES, ShardInfo, read_index, read_shard
-from workbench.errors import WorkbenchError
+from workbench.data import ShardInfo, read_shard
+from workbench.layouts.shards import fetch_shard, read_split_index, sample_item
 from workbench.loaders.base import Item, Loader, LoaderConfig
-from workbench.loaders.inflight import LazyPool, in_flight
 from workbench.loaders.order import effective_shard, epoch_order, shuffle_buffer, take_shard
-from workbench.loaders.retry import RETRIES, RetryPolicy, policy_of
+from workbench.loaders.retry import RETRIES, policy_of
+from workbench.storage import S3Store, s3_client_at
 
 log = logging.getLogger(__name__)
 
-INDEX = "index.json"
-# Label entries by label_type "blob", in the order the layout writes them (workbench.data.shards).
-BLOB_LABEL_ENTRIES = ("seg.png", "png", "npy", "lbl")
 
 
 class S3ShardsConfig(LoaderConfig):
@@ -67,22 +64,6 @@ def locate_prefix(settings: Settings, backend: str, config: LoaderConfig) -> tup
         bucket = bucket if bucket is not None else entry.get("bucket") or settings.s3_bucket
         prefix = prefix if prefix is not None else entry.get("prefix", "")
     return bucket, prefix.strip("/")
-
-
-def read_split_index(store: S3Store, split: str, dataset: str, policy: RetryPolicy | None = None) -> list[ShardInfo]:
-    """A split's shard index from the s3-shards layout, with errors that say what to do."""
-    where = f"{store.where}/{split}/{INDEX}"
-    try:
-        data, _ = (policy or RetryPolicy(attempts=1)).call(lambda: store.get(f"{split}/{INDEX}"), f"reading {where}")
-    except KeyError:
-        raise WorkbenchError(
-            f"no shard index at {where}: dataset '{dataset}' split '{split}' was not ingested into s3-shards there "
-            "(`workbench ingest --backend s3-shards`), or pass bucket/prefix"
-        ) from None
-    try:
-        return read_index(data)
-    except WorkbenchError as exc:
-        raise WorkbenchError(f"{where}: {exc}") from None
 
 
 class S3ShardsLoader(Loader):
@@ -109,7 +90,9 @@ class S3ShardsLoader(Loader):
     def shards(self) -> list[ShardInfo]:
         """The split's shards, from its index (one GET, cached for the loader's life)."""
         if self._index is None:
-            self._index = read_split_index(self.store, self.config.split, self.config.dataset, policy_of(self.config))
+            c = self.config
+            self._index = policy_of(c).call(lambda: read_split_index(self.store, c.split, c.dataset),
+                                            f"reading the shard index of {self.store.where}/{c.split}")
         return self._index
 
     def my_shards(self, epoch: int) -> tuple[list[ShardInfo], int]:
@@ -141,15 +124,8 @@ class S3ShardsLoader(Loader):
     def fetch(self, info: ShardInfo) -> list[dict[str, Any]]:
         """GET one shard and parse it into webdataset-style sample dicts (with ``__key__`` and ``__url__``)."""
         url = self.shard_url(info)
-        try:
-            data, _ = self.store.get(f"{self.config.split}/{info.name}")
-        except KeyError:
-            raise WorkbenchError(f"shard {url} is listed in the index but missing: re-run the ingest") from None
-        if len(data) != info.bytes:
-            raise WorkbenchError(
-                f"shard {url}: corrupt or truncated ({len(data)} bytes, the index says {info.bytes}): re-run the ingest"
-            )
-        samples = list(read_shard(data, url))  # WorkbenchError naming the shard on any damage
+        # Any damage: a WorkbenchError naming the shard.
+        samples = list(read_shard(fetch_shard(self.store, self.config.split, info), url))
         for entries in samples:
             entries["__url__"] = url
         return samples
@@ -178,37 +154,7 @@ class S3ShardsLoader(Loader):
             yield self.item(entries)
 
     def item(self, entries: dict[str, Any]) -> Item:
-        """An Item from a sample dict: key = the sample id entry, data = the image entry, label per label_type."""
-        where = f"sample {entries.get('__key__')} in {entries.get('__url__', 'a shard')}"
-        raw_id = entries.get(ID_ENTRY)
-        if raw_id is None:
-            raise WorkbenchError(f"{where} has no '{ID_ENTRY}' entry: not a workbench shard (ingest with workbench)")
-        key = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
-        exts = [k for k in entries if not k.startswith("__")]
-        image_ext = exts[0]  # the layout writes the image first (workbench.data.shards.sample_to_entries)
-        if image_ext in META_ENTRIES:
-            raise WorkbenchError(f"{where} has no image entry")
-        label: int | bytes | None = None
-        label_type = self.config.label_type
-        if label_type == "int":
-            if "cls" not in entries:
-                raise WorkbenchError(
-                    f"sample {key} in {entries.get('__url__')} has no 'cls' entry but label_type is int: "
-                    "use label_type blob (masks, multilabel) or none"
-                )
-            try:
-                label = int(entries["cls"])
-            except ValueError:
-                raise WorkbenchError(f"sample {key} in {entries.get('__url__')}: 'cls' is not an integer") from None
-        elif label_type == "blob":
-            ext = next((e for e in BLOB_LABEL_ENTRIES if e in entries and e != image_ext), None)
-            if ext is None:
-                raise WorkbenchError(
-                    f"sample {key} in {entries.get('__url__')} has no label entry ({', '.join(BLOB_LABEL_ENTRIES)}) "
-                    "but label_type is blob: use label_type int or none"
-                )
-            label = entries[ext]
-        return Item(key, label, entries[image_ext])
+        return sample_item(entries, self.config.label_type)
 
     def close(self) -> None:
         self._pool.close()
@@ -224,16 +170,10 @@ def raw_ceiling(settings: Settings, config: LoaderConfig) -> tuple[int, int]:
     bucket, prefix = locate_prefix(settings, "s3-shards", config)
     store = S3Store(settings, bucket, prefix, config.via_proxy, connections=config.concurrency + 4)
     split = config.split
-    try:
-        infos = read_index(store.get(f"{split}/{INDEX}")[0])
-    except KeyError:
-        raise WorkbenchError(f"no shard index at {store.where}/{split}/{INDEX}: ingest first") from None
-    client = store.client
+    infos = read_split_index(store, split, config.dataset)
 
     def get(info: ShardInfo) -> int:
-        with store.errors(f"reading {store.full(f'{split}/{info.name}')}"):
-            body = client.get_object(Bucket=bucket, Key=store.full(f"{split}/{info.name}"))["Body"]
-            return len(body.read())
+        return len(store.get(f"{split}/{info.name}")[0])
 
     with ThreadPoolExecutor(config.concurrency, thread_name_prefix="s3-ceiling") as pool:
         total = sum(pool.map(get, infos))
@@ -245,22 +185,10 @@ def make_client(url: str, access_key: str, secret_key: str, region: str = "us-ea
     """A boto3 S3 client for an endpoint URL, like cortx_pytorch's ``make_client`` (path-style, timeouts).
 
     `verify` is boto3's: None/True for the system's CAs, or a CA bundle path (an https stack:
-    ``str(settings.ca_file())``). TLS failures become one clear WorkbenchError (`workbench.clients`).
+    ``str(settings.ca_file())``). TLS failures become one clear WorkbenchError (`workbench.storage.s3`).
     """
-    import boto3
-    from botocore.config import Config
-
-    from workbench.clients import explain_s3_tls_errors
-
-    client = boto3.client(
-        "s3", endpoint_url=url, aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name=region,
-        verify=verify,
-        config=Config(connect_timeout=timeout_s, read_timeout=timeout_s,
-                      retries={"max_attempts": 3, "mode": "standard"},
-                      max_pool_connections=max_pool_connections, s3={"addressing_style": "path"}),
-    )
-    explain_s3_tls_errors(client, timeout_s)
-    return client
+    return s3_client_at(url, access_key, secret_key, region=region, timeout_s=timeout_s,
+                        max_pool_connections=max_pool_connections, verify=verify)
 
 
 def __getattr__(name: str):

@@ -12,9 +12,9 @@ import os
 import shutil
 from pathlib import Path
 
-from workbench.clients import s3_client
 from workbench.stack.provision import go_install
 from workbench.stack.service import Health, Launch, Service
+from workbench.storage import s3_client
 
 MODULE = "github.com/minio/minio"
 PSEUDO_VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"  # the last source release published as a Go module

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.clients import cassandra_session, ignite_client, s3_client, triton_client
+from workbench.clients import cassandra_session, ignite_client, triton_client
 from workbench.config import Settings
+from workbench.storage import s3_client
 
 PAYLOAD_BYTES = 110_000  # the mean size of an ImageNet JPEG
 

@@ -74,7 +74,7 @@ from workbench.loaders.peers import trust_stack_ca
 log = logging.getLogger(__name__)
 
 MDS_DIR = "mds"
-INDEX = "index.json"
+MDS_INDEX = "index.json"  # MDS's own index, not our shard index
 _ENV_LOCK = threading.RLock()
 
 
@@ -114,7 +114,7 @@ def _import_streaming():
 def mds_location(settings: Settings, dataset: str, split: str = "train", bucket: str | None = None,
                  prefix: str | None = None) -> tuple[str, str]:
     """(bucket, key prefix of the split's MDS copy): ``<prefix>/mds/<split>`` beside the s3-shards layout."""
-    from workbench.backends.shardset import check_split
+    from workbench.layouts.common import check_split
 
     check_split(split)
     bucket, prefix = dataset_location(settings, dataset, bucket, prefix)
@@ -167,7 +167,7 @@ def _one_process_world() -> Iterator[None]:
 
 
 def _store(settings: Settings, bucket: str, key_prefix: str, via_proxy: bool = False):
-    from workbench.backends.s3_objects import S3Store
+    from workbench.storage import S3Store
 
     return S3Store(settings, bucket, key_prefix, via_proxy, connections=8)
 
@@ -199,7 +199,7 @@ def write_mds(settings: Settings, dataset: str, samples_or_source: Iterable[Any]
     remote = f"s3://{bucket}/{key_prefix}"
     store = _store(settings, bucket, key_prefix, via_proxy)
     store.ensure_bucket(True)
-    if store.get_or_none(INDEX) is not None:
+    if store.get_or_none(MDS_INDEX) is not None:
         return remote
     if samples_or_source is None:
         from workbench.backends import make_backend
@@ -320,7 +320,7 @@ class MosaicStreamingPeer(Loader):
             text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
             if "not found" in text.lower() or "404" in text or isinstance(exc, FileNotFoundError):
                 raise WorkbenchError(
-                    f"no MDS copy at {remote}/{INDEX}: write it after ingesting "
+                    f"no MDS copy at {remote}/{MDS_INDEX}: write it after ingesting "
                     f"(workbench.loaders.peers.mosaic.write_mds(settings, '{c.dataset}', source))"
                 ) from None
             raise WorkbenchError(f"mosaic streaming cannot open {remote}: {type(exc).__name__}: {text}") from None

@@ -43,15 +43,13 @@ from typing import Any
 
 from pydantic import Field
 
+from workbench.concurrency import LazyPool, in_flight
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
+from workbench.layouts.objects import JOURNAL, MANIFEST
 from workbench.loaders.base import Item, Loader, LoaderConfig
-from workbench.loaders.inflight import LazyPool, in_flight
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.peers import trust_stack_ca
-
-MANIFEST = "manifest.txt"
-JOURNAL = "_journal"
 
 Entry = tuple[str, str, str | None]  # (key relative to the prefix, sample id, manifest label field or None)
 

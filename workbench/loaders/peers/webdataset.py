@@ -40,13 +40,13 @@ from typing import Any
 from pydantic import Field
 
 from workbench.config import Settings
-from workbench.data import ID_ENTRY, META_ENTRIES, ShardInfo
+from workbench.data import ID_ENTRY, META_ENTRIES, ShardInfo, entry_label
 from workbench.errors import WorkbenchError
+from workbench.layouts.shards import read_split_index
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.peers import trust_stack_ca
 
-BLOB_LABEL_ENTRIES = ("seg.png", "png", "npy", "lbl")  # as written by workbench.data.shards
 _QUERY = re.compile(r"\?[^\s'\"\]]*")
 
 
@@ -79,8 +79,8 @@ class WebDatasetPeer(Loader):
     def store(self):
         """Our S3 store of the dataset (boto3): the index GET and URL signing only, made on first use."""
         if self._store is None:
-            from workbench.backends.s3_objects import S3Store
             from workbench.loaders.s3_shards import locate_prefix
+            from workbench.storage import S3Store
 
             bucket, prefix = locate_prefix(self.settings, self.backend, self.config)
             self._store = S3Store(self.settings, bucket, prefix, self.config.via_proxy, connections=4)
@@ -97,8 +97,6 @@ class WebDatasetPeer(Loader):
 
     def shards(self) -> list[ShardInfo]:
         if self._index is None:
-            from workbench.loaders.s3_shards import read_split_index
-
             self._index = read_split_index(self.store, self.config.split, self.config.dataset)
         return self._index
 
@@ -153,22 +151,5 @@ class WebDatasetPeer(Loader):
         image_ext = "jpg" if "jpg" in sample else next((e for e in entries if e not in META_ENTRIES), None)
         if image_ext is None:
             raise WorkbenchError(f"sample {key} in {url} has no image entry")
-        label: int | bytes | None = None
-        if self.config.label_type == "int":
-            if "cls" not in sample:
-                raise WorkbenchError(
-                    f"sample {key} in {url} has no 'cls' entry but label_type is int: use label_type blob or none"
-                )
-            try:
-                label = int(sample["cls"])
-            except ValueError:
-                raise WorkbenchError(f"sample {key} in {url}: 'cls' is not an integer") from None
-        elif self.config.label_type == "blob":
-            ext = next((e for e in BLOB_LABEL_ENTRIES if e in sample and e != image_ext), None)
-            if ext is None:
-                raise WorkbenchError(
-                    f"sample {key} in {url} has no label entry ({', '.join(BLOB_LABEL_ENTRIES)}) but label_type "
-                    "is blob: use label_type int or none"
-                )
-            label = sample[ext]
-        return Item(key, label, sample[image_ext])
+        return Item(key, entry_label(sample, image_ext, self.config.label_type, f"sample {key} in {url}"),
+                    sample[image_ext])

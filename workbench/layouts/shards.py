@@ -1,10 +1,8 @@
-"""What the S3 and filesystem backends share: a byte store, bounded parallel writers and the shard set.
+"""WebDataset tar shards + index in any `Store`: the writer (`ShardSet`) and the reader, defined once.
 
-A `Store` is a flat namespace of keys ("train/shard-000000.tar") holding bytes: `S3Store` (bucket + prefix,
-in `workbench.backends.s3_objects`) and `DirStore` (a directory, in `workbench.backends.fs`). The two
-layouts, one object per sample (`ObjectSet`, in `s3_objects`) and WebDataset tar shards (`ShardSet`,
-here), are written once against that interface, so ``s3-objects``/``fs --layout imagefolder`` and
-``s3-shards``/``fs --layout shards`` differ only in how bytes are put, got and listed.
+Used by the s3-shards and fs backends (writing, scanning), by our loaders over S3 and the local disk, and
+by the peers that read our shards. The tar format itself (entries, packing, parsing) is
+`workbench.data.shards`; this module is where those tars live in a store and how they are found again.
 
 Shard set layout, per split::
 
@@ -29,17 +27,31 @@ import json
 import logging
 import re
 import uuid
-from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict
 from itertools import groupby
 from typing import Any
 
-from workbench.backends.base import Progress, StoredSample
-from workbench.data import ID_ENTRY, Sample, ShardInfo, pack_shards, read_index, read_shard, write_index
+from workbench.concurrency import InFlight, finish
+from workbench.data import (
+    ID_ENTRY,
+    META_ENTRIES,
+    Item,
+    Progress,
+    Sample,
+    ShardInfo,
+    StoredSample,
+    entry_label,
+    pack_shards,
+    read_index,
+    read_shard,
+    write_index,
+)
 from workbench.errors import WorkbenchError
+from workbench.layouts.common import check_split, labelled
+from workbench.storage import Store
 
 log = logging.getLogger(__name__)
 
@@ -49,42 +61,11 @@ _RECORD = re.compile(r"^shard-(\d{6,})\.json$")
 INDEX = "index.json"
 IDS_DIR = "ids"
 RECORD_FORMAT = "workbench-shard-record"
-# Split names become one path component; a leading '_' or '.' is kept for the layouts' own files.
-_SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # In-flight shards are whole tars in memory: at most this many bytes of them (plus the one being packed).
 SHARD_MEMORY_BUDGET = 512 * 2**20
-_LABEL_ENTRIES = ("cls", "png", "seg.png", "npy", "lbl")
 
 
 # ------------------------------------------------------------------------------------------------ store
-
-
-class Store(ABC):
-    """Keys -> bytes, with optional string metadata. Keys are relative, '/'-separated, never empty."""
-
-    where: str  # for messages: "s3://bucket/prefix" or a directory
-
-    @abstractmethod
-    def put(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> None:
-        """Store `data` at `key` atomically: a reader sees the old value, the new one, or nothing."""
-
-    @abstractmethod
-    def get(self, key: str) -> tuple[bytes, dict[str, str]]:
-        """(data, metadata) of `key`; KeyError when there is no such key."""
-
-    @abstractmethod
-    def list(self, under: str = "") -> Iterator[tuple[str, int]]:
-        """(key, size) of every key starting with `under` (a folder, '' for all), in no particular order."""
-
-    @abstractmethod
-    def delete(self, keys: Iterable[str]) -> None:
-        """Remove keys (missing ones are ignored)."""
-
-    def get_or_none(self, key: str) -> bytes | None:
-        try:
-            return self.get(key)[0]
-        except KeyError:
-            return None
 
 
 def is_shard_key(key: str) -> bool:
@@ -93,87 +74,6 @@ def is_shard_key(key: str) -> bool:
     if len(parts) == 2:
         return bool(_SHARD.match(parts[1])) or parts[1] == INDEX
     return len(parts) == 3 and parts[1] == IDS_DIR and bool(_RECORD.match(parts[2]))
-
-
-def check_split(split: str) -> str:
-    if not isinstance(split, str) or not _SPLIT.match(split):
-        raise WorkbenchError(
-            f"invalid split name {split!r}: use 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
-        )
-    return split
-
-
-def labelled(samples: Iterable[Sample], label_type: str) -> Iterator[Sample]:
-    """Samples whose labels fit `label_type` (int|blob|none, as for every backend); none drops labels."""
-    for s in samples:
-        value = s.label
-        if label_type == "none":
-            yield s if value is None else dataclasses.replace(s, label=None)
-            continue
-        if label_type == "int" and (not isinstance(value, int) or isinstance(value, bool)):
-            raise WorkbenchError(
-                f"sample {s.name} has a {type(value).__name__} label but label_type is int: "
-                "use --label-type blob (masks, multilabel vectors) or none"
-            )
-        if label_type == "blob" and not isinstance(value, bytes | bytearray):
-            raise WorkbenchError(
-                f"sample {s.name} has a {type(value).__name__} label but label_type is blob: "
-                "use --label-type int (class indices) or none"
-            )
-        yield s
-
-
-# ------------------------------------------------------------------------------------------ in flight
-
-
-class InFlight:
-    """Jobs on `workers` threads, at most `limit` submitted and unfinished (so memory stays bounded).
-
-    Results are handled by each job's `then` in the submitting thread (progress bars and journals are
-    not thread-safe). After a failure no new job is accepted; jobs already running still finish and
-    their results are still handled, so everything that was written completely is recorded.
-    """
-
-    def __init__(self, workers: int, limit: int, name: str) -> None:
-        self.pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix=name)
-        self.limit = max(1, limit)
-        self.pending: dict[Future, Callable[[Any], None]] = {}
-        self.error: BaseException | None = None
-
-    def submit(self, fn: Callable[..., Any], *args: Any, then: Callable[[Any], None]) -> None:
-        self._handle([f for f in self.pending if f.done()])
-        while len(self.pending) >= self.limit and self.error is None:
-            done, _ = wait(self.pending, return_when=FIRST_COMPLETED)
-            self._handle(done)
-        if self.error is not None:
-            raise self.error
-        self.pending[self.pool.submit(fn, *args)] = then
-
-    def _handle(self, done: Iterable[Future]) -> None:
-        for future in done:
-            then = self.pending.pop(future)
-            try:
-                then(future.result())
-            except BaseException as exc:  # kept, and raised in the writing thread
-                if self.error is None:
-                    self.error = exc
-
-    def drain(self) -> BaseException | None:
-        """Wait for every job, handle its result; returns the first error (the caller decides to raise)."""
-        try:
-            while self.pending:
-                done, _ = wait(self.pending, return_when=FIRST_COMPLETED)
-                self._handle(done)
-        finally:
-            self.pool.shutdown(wait=True)
-        return self.error
-
-
-def finish(flight: InFlight, body_failed: bool) -> None:
-    """Raise the first job error, unless the writing loop already has an exception on its way."""
-    error = flight.drain()
-    if error is not None and not body_failed:
-        raise error
 
 
 # ------------------------------------------------------------------------------------------ shard set
@@ -361,7 +261,7 @@ class ShardSet:
 
 
 def _samples_of(data: bytes, split: str, where: str) -> Iterator[StoredSample]:
-    """StoredSamples of one shard: id from the ``id`` entry, image = first entry, label by extension."""
+    """StoredSamples of one shard: id from the ``uid`` entry, image = first entry, label by extension."""
     try:
         for entries in read_shard(data, where):
             try:
@@ -369,13 +269,59 @@ def _samples_of(data: bytes, split: str, where: str) -> Iterator[StoredSample]:
             except (KeyError, ValueError):
                 log.warning("sample %s in %s has no valid 'id' entry: skipped", entries.get("__key__"), where)
                 continue
-            exts = [k for k in entries if k != "__key__"]
-            image = entries[exts[0]]
-            label: int | bytes | None = None
-            for ext in _LABEL_ENTRIES:
-                if ext in entries and ext != exts[0]:
-                    label = int(entries[ext]) if ext == "cls" else entries[ext]
-                    break
-            yield StoredSample(sample_id, split, label, image)
+            image_ext = next(k for k in entries if k != "__key__")
+            yield StoredSample(sample_id, split, entry_label(entries, image_ext, "any", where), entries[image_ext])
     except (ValueError, WorkbenchError) as exc:  # corrupt shard: the samples after the damage are missing
         log.warning("%s", exc)
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+
+def read_split_index(store: Store, split: str, dataset: str) -> list[ShardInfo]:
+    """A split's shard index, with errors that say what to do (no index: ingest first, or pass bucket/prefix)."""
+    where = f"{store.where}/{split}/{INDEX}"
+    try:
+        data, _ = store.get(f"{split}/{INDEX}")
+    except KeyError:
+        raise WorkbenchError(
+            f"no shard index at {where}: dataset '{dataset}' split '{split}' was not ingested as shards there "
+            "(`workbench ingest --backend s3-shards`, or fs with --layout shards), or pass bucket/prefix/root"
+        ) from None
+    try:
+        return read_index(data)
+    except WorkbenchError as exc:
+        raise WorkbenchError(f"{where}: {exc}") from None
+
+
+def fetch_shard(store: Store, split: str, info: ShardInfo) -> bytes:
+    """The bytes of one indexed shard, checked against the size the index records."""
+    where = f"{store.where}/{split}/{info.name}"
+    try:
+        data, _ = store.get(f"{split}/{info.name}")
+    except KeyError:
+        raise WorkbenchError(f"shard {where} is listed in the index but missing: re-run the ingest") from None
+    if len(data) != info.bytes:
+        raise WorkbenchError(
+            f"shard {where}: corrupt or truncated ({len(data)} bytes, the index says {info.bytes}): re-run the ingest")
+    return data
+
+
+def sample_item(entries: dict[str, Any], label_type: str) -> Item:
+    """An Item from one sample's entries: key = the ``uid`` entry, data = the image (first) entry, label per type."""
+    where = f"sample {entries.get('__key__')} in {entries.get('__url__', 'a shard')}"
+    raw_id = entries.get(ID_ENTRY)
+    if raw_id is None:
+        raise WorkbenchError(f"{where} has no '{ID_ENTRY}' entry: not a workbench shard (ingest with workbench)")
+    key = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+    image_ext = next((k for k in entries if not k.startswith("__")), None)
+    if image_ext is None or image_ext in META_ENTRIES:
+        raise WorkbenchError(f"{where} has no image entry")
+    return Item(key, entry_label(entries, image_ext, label_type, where), entries[image_ext])
+
+
+def shard_items(data: bytes, where: str, label_type: str) -> Iterator[Item]:
+    """Items of one shard's bytes, in the order they were written."""
+    for entries in read_shard(data, where):
+        entries["__url__"] = where
+        yield sample_item(entries, label_type)

@@ -1,4 +1,6 @@
-"""Keep many requests in flight: the one mechanism every remote loader uses to hide latency.
+"""Bounded concurrency, written once: requests in flight for readers, jobs in flight for writers.
+
+`in_flight` keeps many requests outstanding: the one mechanism every remote loader uses to hide latency.
 
 With `depth` requests outstanding, a path with round-trip time R delivers up to depth/R items per
 second instead of 1/R. Results come back in submission order, or as they complete (`ordered=False`,
@@ -11,8 +13,8 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -92,3 +94,54 @@ class LazyPool:
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(**state)
+
+
+
+class InFlight:
+    """Jobs on `workers` threads, at most `limit` submitted and unfinished (so memory stays bounded).
+
+    Results are handled by each job's `then` in the submitting thread (progress bars and journals are
+    not thread-safe). After a failure no new job is accepted; jobs already running still finish and
+    their results are still handled, so everything that was written completely is recorded.
+    """
+
+    def __init__(self, workers: int, limit: int, name: str) -> None:
+        self.pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix=name)
+        self.limit = max(1, limit)
+        self.pending: dict[Future, Callable[[Any], None]] = {}
+        self.error: BaseException | None = None
+
+    def submit(self, fn: Callable[..., Any], *args: Any, then: Callable[[Any], None]) -> None:
+        self._handle([f for f in self.pending if f.done()])
+        while len(self.pending) >= self.limit and self.error is None:
+            done, _ = wait(self.pending, return_when=FIRST_COMPLETED)
+            self._handle(done)
+        if self.error is not None:
+            raise self.error
+        self.pending[self.pool.submit(fn, *args)] = then
+
+    def _handle(self, done: Iterable[Future]) -> None:
+        for future in done:
+            then = self.pending.pop(future)
+            try:
+                then(future.result())
+            except BaseException as exc:  # kept, and raised in the writing thread
+                if self.error is None:
+                    self.error = exc
+
+    def drain(self) -> BaseException | None:
+        """Wait for every job, handle its result; returns the first error (the caller decides to raise)."""
+        try:
+            while self.pending:
+                done, _ = wait(self.pending, return_when=FIRST_COMPLETED)
+                self._handle(done)
+        finally:
+            self.pool.shutdown(wait=True)
+        return self.error
+
+
+def finish(flight: InFlight, body_failed: bool) -> None:
+    """Raise the first job error, unless the writing loop already has an exception on its way."""
+    error = flight.drain()
+    if error is not None and not body_failed:
+        raise error

@@ -136,7 +136,7 @@ def parse_options(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise WorkbenchError(f"layout option '{pair}' is not KEY=VALUE (e.g. -o maxcount=1000)")
+            raise WorkbenchError(f"layout option {pair!r} is not KEY=VALUE (e.g. -o maxcount=1000)")
         options[key.replace("-", "_")] = value
     return options
 

@@ -144,11 +144,15 @@ def load_sweep_config(source: Path | str | dict) -> SweepConfig:
             raise WorkbenchError(f"sweep config {path} does not exist")
         try:
             raw = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise WorkbenchError(f"sweep config {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        except (yaml.YAMLError, OSError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: deep nesting
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise WorkbenchError(f"sweep config {path} is not valid YAML: {first}") from None
         where = str(path)
+    if not isinstance(raw, dict):
+        raise WorkbenchError(f"{where}: expected a mapping of sections (name, loaders, network, ...), "
+                             f"got a {type(raw).__name__}")
     try:
-        return SweepConfig(**raw)
+        return SweepConfig.model_validate(raw)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from workbench.errors import WorkbenchError
+
 # Fixed namespace so that ids are reproducible across machines and runs.
 NAMESPACE: uuid.UUID = uuid.uuid5(uuid.NAMESPACE_URL, "workbench")
 
@@ -66,8 +68,15 @@ def encode_multilabel(arr: np.ndarray) -> bytes:
 
 
 def decode_multilabel(data: bytes) -> np.ndarray:
-    """Inverse of :func:`encode_multilabel`; refuses pickled payloads."""
-    return np.load(io.BytesIO(data), allow_pickle=False)
+    """Inverse of :func:`encode_multilabel`; refuses pickled payloads; anything else is one WorkbenchError."""
+    try:
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    except Exception as exc:  # np.load's header parser raises ValueError, SyntaxError, TokenError, EOFError...
+        raise WorkbenchError(f"multilabel label of {len(data)} bytes is not an np.save array ({_clean_reason(exc)}): "
+                             "re-ingest the dataset, or read the label as raw bytes") from None
+    if not isinstance(array, np.ndarray):  # an .npz archive
+        raise WorkbenchError("multilabel label is an .npz archive, not one np.save array: re-ingest the dataset")
+    return array
 
 
 def verify_image(data: bytes) -> str | None:

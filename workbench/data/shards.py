@@ -195,8 +195,8 @@ def read_index(data: bytes) -> list[ShardInfo]:
         if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT:
             raise WorkbenchError(f"not a {INDEX_FORMAT} document")
         infos = [_shard_info(entry) for entry in doc["shards"]]
-    except (KeyError, TypeError, ValueError, WorkbenchError) as exc:
-        raise WorkbenchError(f"invalid shard index: {exc}") from None
+    except (KeyError, TypeError, ValueError, RecursionError, WorkbenchError) as exc:  # RecursionError: deep nesting
+        raise WorkbenchError(f"invalid shard index: {_one_line(exc)}") from None
     if doc.get("total_samples", sum(i.samples for i in infos)) != sum(i.samples for i in infos):
         raise WorkbenchError("invalid shard index: total_samples does not match the shards")
     return infos
@@ -229,7 +229,12 @@ def read_shard(data: bytes, name: str = "shard") -> Iterator[dict[str, bytes]]:
     try:
         yield from _read_members(data)
     except (tarfile.TarError, EOFError, ValueError, WorkbenchError) as exc:
-        raise WorkbenchError(f"shard {name}: corrupt or truncated tar ({exc})") from None
+        raise WorkbenchError(f"shard {name}: corrupt or truncated tar ({_one_line(exc)})") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception's message on one line: names taken from the input may hold newlines."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _read_members(data: bytes) -> Iterator[dict[str, Any]]:
@@ -243,17 +248,17 @@ def _read_members(data: bytes) -> Iterator[dict[str, Any]]:
             key, ext = split_name(member.name)
             if current is None or current["__key__"] != key:
                 if key in seen:
-                    raise WorkbenchError(f"members of sample {key} are not contiguous")
+                    raise WorkbenchError(f"members of sample {key!r} are not contiguous")
                 if current is not None:
                     yield current
                 current = {"__key__": key}
                 seen.add(key)
             if ext in current:
-                raise WorkbenchError(f"sample {key} has two {ext!r} entries")
+                raise WorkbenchError(f"sample {key!r} has two {ext!r} entries")
             fobj = tar.extractfile(member)
             payload = fobj.read() if fobj else b""
             if len(payload) != member.size:
-                raise WorkbenchError(f"member {member.name} is truncated")
+                raise WorkbenchError(f"member {member.name!r} is truncated")
             current[ext] = payload
         end = tar.offset
     if data[end : end + 2 * BLOCK] != bytes(2 * BLOCK):

@@ -212,7 +212,7 @@ class ImageFolderSource:
         self.root = Path(root)
         if not self.root.is_dir():
             raise WorkbenchError(
-                f"image folder {self.root} does not exist: pass a directory laid out as root/<class>/<image>"
+                f"image folder {str(self.root)!r} does not exist: pass a directory laid out as root/<class>/<image>"
             )
         self.name = name or self.root.resolve().name
         self.split = split
@@ -381,11 +381,11 @@ def parse_source(spec: str) -> Source:
         try:
             count = int(count_text)
         except ValueError:
-            raise WorkbenchError(f"bad source '{spec}': N must be an integer ({_SPEC_HELP})") from None
+            raise WorkbenchError(f"bad source {spec!r}: N must be an integer ({_SPEC_HELP})") from None
         if count <= 0:
-            raise WorkbenchError(f"bad source '{spec}': N must be > 0 ({_SPEC_HELP})")
+            raise WorkbenchError(f"bad source {spec!r}: N must be > 0 ({_SPEC_HELP})")
         kind = kind or "classification"
         if kind not in KINDS:
-            raise WorkbenchError(f"bad source '{spec}': kind must be one of {', '.join(KINDS)}")
+            raise WorkbenchError(f"bad source {spec!r}: kind must be one of {', '.join(KINDS)}")
         return SyntheticSource(count, kind=kind)  # type: ignore[arg-type]
-    raise WorkbenchError(f"unknown source '{spec}': {_SPEC_HELP}")
+    raise WorkbenchError(f"unknown source {spec!r}: {_SPEC_HELP}")

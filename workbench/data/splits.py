@@ -61,11 +61,11 @@ class SplitFile:
         path = Path(path)
         try:
             doc = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, UTF-8 or a 4300+ digit number
             raise WorkbenchError(f"split file {path}: cannot read JSON ({exc})") from None
         try:
             return cls._from_json(doc)
-        except (KeyError, TypeError, ValueError, WorkbenchError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError, WorkbenchError) as exc:  # Overflow: float(10**400)
             raise WorkbenchError(f"split file {path}: invalid content ({_reason(exc)})") from None
 
     @classmethod
@@ -102,8 +102,8 @@ def parse_ratios(text: str) -> list[float]:
     try:
         ratios = [float(part) for part in text.split(",")]
     except ValueError:
-        raise WorkbenchError(f"bad ratios '{text}': use comma-separated positive numbers, e.g. 8,2") from None
-    _check_ratios(ratios, context=f"bad ratios '{text}'")
+        raise WorkbenchError(f"bad ratios {text!r}: use comma-separated positive numbers, e.g. 8,2") from None
+    _check_ratios(ratios, context=f"bad ratios {text!r}")
     return ratios
 
 

@@ -599,7 +599,7 @@ class Node:
             if self.array:
                 return [_leaf(v, self.dtype) for v in value]
             return _leaf(value, self.dtype)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:  # Overflow: float(10**400), int(Decimal('inf'))
             raise WorkbenchError(f"{where} holds {_describe(value)}, not a {self.dtype}"
                                  f"{' array' if self.array else ''} like the first object ({exc})") from None
 
@@ -618,7 +618,10 @@ def _leaf(value: Any, dtype: str | None) -> Any:
     if dtype in ("int32", "int64"):
         if isinstance(value, float | str | bytes):
             raise TypeError(f"{type(value).__name__} is not an integer")
-        return int(value)
+        number, bits = int(value), 31 if dtype == "int32" else 63
+        if not -(1 << bits) <= number < 1 << bits:  # tf.data would fail later, far from the entry
+            raise ValueError(f"{number} is out of the {dtype} range")
+        return number
     return float(value)
 
 

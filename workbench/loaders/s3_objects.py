@@ -22,6 +22,7 @@ from here lazily.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -82,6 +83,9 @@ def manifest_lines(reader: io.IOBase, name: str | None = None) -> Iterator[tuple
         yield number, key, unquote(fields[1]) if len(fields) == 2 else None
 
 
+_INT_LABEL = re.compile(r"-?[0-9]+")
+
+
 def default_manifest_parser(reader: io.IOBase) -> Iterator[tuple[str, Any]]:
     """The OSS-connector manifest parser for this project's manifests: (key, label) per ``key [label]`` line.
 
@@ -89,7 +93,7 @@ def default_manifest_parser(reader: io.IOBase) -> Iterator[tuple[str, Any]]:
     line has no label. A malformed line raises WorkbenchError naming the file and the line number.
     """
     for _, key, label in manifest_lines(reader):
-        if label is not None and label.lstrip("-").isdigit():
+        if label is not None and _INT_LABEL.fullmatch(label):  # ASCII digits only: int() refuses '²' and '--5'
             yield key, int(label)
         else:
             yield key, label

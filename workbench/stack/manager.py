@@ -118,7 +118,11 @@ def provision(settings: Settings, names: list[str] | None = None) -> dict[str, s
     """Download/build every selected service's artifacts without starting anything: name -> error."""
     services = select(settings, names)
     with ThreadPoolExecutor(max_workers=len(services)) as pool:
-        return dict(zip([s.name for s in services], pool.map(_prepare, services), strict=True))
+        errors = dict(zip([s.name for s in services], pool.map(_prepare, services), strict=True))
+    from workbench.stack.ceilings import provision_ceilings  # the native ceilings of the provisioned services
+
+    provision_ceilings(settings, [name for name, error in errors.items() if error is None])
+    return errors
 
 
 def down(settings: Settings, names: list[str] | None = None) -> list[str]:

@@ -18,6 +18,7 @@ from workbench.errors import WorkbenchError
 
 TOOL_HINTS = {
     "java": "install a JDK 17 (Debian: apt-get install openjdk-17-jdk-headless)",
+    "javac": "install a JDK 17, not only a JRE (Debian: apt-get install openjdk-17-jdk-headless)",
     "mvn": "install Maven (Debian: apt-get install maven)",
     "go": "install Go >= 1.24 (https://go.dev/doc/install or Debian backports golang)",
 }

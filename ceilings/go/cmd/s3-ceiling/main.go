@@ -1,0 +1,188 @@
+// s3-ceiling: what a compiled S3 client (minio-go) reads from one split of a workbench dataset with
+// N GETs in flight, either one object per sample (manifest.txt) or WebDataset shards (index.json).
+// Credentials come from CEILING_ACCESS_KEY / CEILING_SECRET_KEY; it prints one JSON line.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/workbench/ceilings/internal/ceiling"
+	"github.com/workbench/ceilings/internal/layout"
+)
+
+type reader struct {
+	client  *minio.Client
+	bucket  string
+	prefix  string
+	timeout time.Duration
+}
+
+func (r *reader) key(rel string) string {
+	if r.prefix == "" {
+		return rel
+	}
+	return r.prefix + "/" + rel
+}
+
+// get streams one object into fn, bounded by the request timeout.
+func (r *reader) get(rel string, fn func(io.Reader) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	obj, err := r.client.GetObject(ctx, r.bucket, r.key(rel), minio.GetObjectOptions{})
+	if err != nil {
+		return describe(err, r.bucket, r.key(rel))
+	}
+	defer obj.Close()
+	if err := fn(obj); err != nil {
+		return describe(err, r.bucket, r.key(rel))
+	}
+	return nil
+}
+
+func (r *reader) getAll(rel string) ([]byte, error) {
+	var data []byte
+	err := r.get(rel, func(body io.Reader) (err error) { data, err = io.ReadAll(body); return })
+	return data, err
+}
+
+func describe(err error, bucket, key string) error {
+	resp := minio.ToErrorResponse(err)
+	if resp.Code != "" {
+		return fmt.Errorf("s3://%s/%s: %s (%s)", bucket, key, resp.Code, resp.Message)
+	}
+	return fmt.Errorf("s3://%s/%s: %v", bucket, key, err)
+}
+
+func main() {
+	endpoint := flag.String("endpoint", "127.0.0.1:9000", "host:port of the S3 server")
+	useTLS := flag.Bool("tls", false, "https, verified against -ca")
+	caFile := flag.String("ca", "", "CA bundle (PEM) to trust with -tls")
+	region := flag.String("region", "us-east-1", "region")
+	bucket := flag.String("bucket", "", "bucket")
+	prefix := flag.String("prefix", "", "dataset prefix")
+	split := flag.String("split", "train", "split")
+	kind := flag.String("layout", "objects", "objects (manifest.txt) or shards (index.json)")
+	concurrency := flag.Int("concurrency", 16, "GETs in flight")
+	timeout := flag.Float64("timeout", 10, "seconds per request (connect and read)")
+	flag.Parse()
+
+	access, secret := ceiling.Secret("CEILING_ACCESS_KEY"), ceiling.Secret("CEILING_SECRET_KEY")
+	if access == "" || secret == "" {
+		ceiling.Fail("s3-ceiling: CEILING_ACCESS_KEY and CEILING_SECRET_KEY must be set in the environment")
+	}
+	perRequest := time.Duration(*timeout * float64(time.Second))
+	transport := &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: perRequest}).DialContext,
+		MaxIdleConns:          *concurrency + 4,
+		MaxIdleConnsPerHost:   *concurrency + 4,
+		ResponseHeaderTimeout: perRequest,
+		TLSHandshakeTimeout:   perRequest,
+		DisableCompression:    true,
+	}
+	if *useTLS {
+		pool := x509.NewCertPool()
+		if *caFile != "" {
+			pem, err := os.ReadFile(*caFile)
+			if err != nil || !pool.AppendCertsFromPEM(pem) {
+				ceiling.Fail("s3-ceiling: cannot read a PEM CA from %s: %v", *caFile, err)
+			}
+		}
+		transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	minio.MaxRetry = 1 // a ceiling measures, it does not retry
+	client, err := minio.New(*endpoint, &minio.Options{
+		Creds: credentials.NewStaticV4(access, secret, ""), Secure: *useTLS, Region: *region,
+		Transport: transport, BucketLookup: minio.BucketLookupPath,
+	})
+	if err != nil {
+		ceiling.Fail("s3-ceiling: bad endpoint %s: %v", *endpoint, err)
+	}
+	r := &reader{client: client, bucket: *bucket, prefix: strings.Trim(*prefix, "/"), timeout: perRequest}
+	result := ceiling.Result{Program: "go/minio-go " + *kind, Concurrency: *concurrency}
+	var count ceiling.Counter
+	clock := ceiling.Start()
+	switch *kind {
+	case "objects":
+		data, err := r.getAll(*split + "/manifest.txt")
+		if err != nil {
+			ceiling.Fail("s3-ceiling: reading the manifest from %s failed: %v", *endpoint, err)
+		}
+		keys, err := layout.ManifestKeys(data)
+		if err != nil {
+			ceiling.Fail("s3-ceiling: %v", err)
+		}
+		bufs := make(chan []byte, *concurrency)
+		for i := 0; i < *concurrency; i++ {
+			bufs <- make([]byte, 256*1024)
+		}
+		err = ceiling.Each(keys, *concurrency, func(key string) error {
+			buf := <-bufs
+			defer func() { bufs <- buf }()
+			return r.get(*split+"/"+key, func(body io.Reader) error {
+				n, err := readAll(body, buf)
+				count.Samples.Add(1)
+				count.Bytes.Add(n)
+				count.Wire.Add(n)
+				return err
+			})
+		})
+		if err != nil {
+			ceiling.Fail("s3-ceiling: %s: %v", *endpoint, err)
+		}
+	case "shards":
+		data, err := r.getAll(*split + "/index.json")
+		if err != nil {
+			ceiling.Fail("s3-ceiling: reading the shard index from %s failed: %v", *endpoint, err)
+		}
+		shards, err := layout.IndexShards(data)
+		if err != nil {
+			ceiling.Fail("s3-ceiling: s3://%s/%s: %v", *bucket, r.key(*split+"/index.json"), err)
+		}
+		err = ceiling.Each(shards, *concurrency, func(s layout.Shard) error {
+			buf := make([]byte, 256*1024)
+			return r.get(*split+"/"+s.Name, func(body io.Reader) error {
+				samples, payload, wire, err := layout.CountTar(body, buf)
+				count.Samples.Add(samples)
+				count.Bytes.Add(payload)
+				count.Wire.Add(wire)
+				return err
+			})
+		})
+		if err != nil {
+			ceiling.Fail("s3-ceiling: %s: %v", *endpoint, err)
+		}
+	default:
+		ceiling.Fail("s3-ceiling: unknown -layout %q: use objects or shards", *kind)
+	}
+	result.Seconds, result.CPUSeconds = clock.Seconds(), clock.CPU()
+	result.Samples, result.Bytes, result.WireBytes = count.Samples.Load(), count.Bytes.Load(), count.Wire.Load()
+	ceiling.Print(result)
+}
+
+// readAll reads body to its end through buf (the bytes land in user memory, as a loader's would).
+func readAll(body io.Reader, buf []byte) (int64, error) {
+	var n int64
+	for {
+		m, err := body.Read(buf)
+		n += int64(m)
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package workbench.ceilings;
+
+import java.io.FileInputStream;
+import java.io.InputStream;
+import java.lang.management.ManagementFactory;
+import java.security.KeyStore;
+import java.security.cert.Certificate;
+import java.security.cert.CertificateFactory;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+import javax.cache.Cache;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.TrustManagerFactory;
+import org.apache.ignite.Ignition;
+import org.apache.ignite.binary.BinaryObject;
+import org.apache.ignite.cache.query.QueryCursor;
+import org.apache.ignite.cache.query.ScanQuery;
+import org.apache.ignite.client.ClientCache;
+import org.apache.ignite.client.IgniteClient;
+import org.apache.ignite.client.SslMode;
+import org.apache.ignite.configuration.ClientConfiguration;
+
+/**
+ * What the Ignite thin client for Java reads from one split of a workbench dataset: the ids from the
+ * {@code <CACHE>_IDS} cache (id -> split), then {@code getAll} batches of binary objects with N threads,
+ * one client each, counting the bytes of each object's {@code data} field. The login comes from
+ * CEILING_USERNAME / CEILING_PASSWORD (never argv); it prints one JSON line.
+ */
+public final class IgniteCeiling {
+    private IgniteCeiling() {
+    }
+
+    static void fail(String message) {
+        System.err.println(message.replaceAll("\\s+", " ").trim());
+        System.exit(1);
+    }
+
+    static String firstLine(Throwable t) {
+        while (t instanceof java.util.concurrent.ExecutionException && t.getCause() != null) {
+            t = t.getCause();
+        }
+        Throwable root = t;
+        while (root.getCause() != null && root.getCause() != root) {
+            root = root.getCause();
+        }
+        String outer = String.valueOf(t.getMessage()).split("\n")[0];
+        String inner = String.valueOf(root.getMessage()).split("\n")[0];
+        return t.getClass().getSimpleName() + ": " + outer + (root == t ? "" : " (" + root.getClass().getSimpleName()
+            + ": " + inner + ")");
+    }
+
+    static double cpuSeconds() {
+        var os = (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
+        return os.getProcessCpuTime() / 1e9;
+    }
+
+    static SSLContext sslContext(String caFile) throws Exception {
+        KeyStore trust = KeyStore.getInstance(KeyStore.getDefaultType());
+        trust.load(null, null);
+        try (InputStream in = new FileInputStream(caFile)) {
+            int i = 0;
+            for (Certificate cert : CertificateFactory.getInstance("X.509").generateCertificates(in)) {
+                trust.setCertificateEntry("ca" + i++, cert);
+            }
+        }
+        TrustManagerFactory tmf = TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
+        tmf.init(trust);
+        SSLContext ctx = SSLContext.getInstance("TLS");
+        ctx.init(null, tmf.getTrustManagers(), null);
+        return ctx;
+    }
+
+    public static void main(String[] args) throws Exception {
+        Map<String, String> opt = new HashMap<>(Map.of("host", "127.0.0.1", "port", "10800", "split", "train",
+            "concurrency", "16", "batch", "64", "timeout", "10", "ca", "", "tls", "false", "cache", ""));
+        for (int i = 0; i + 1 < args.length; i += 2) {
+            if (!args[i].startsWith("--") || !opt.containsKey(args[i].substring(2))) {
+                fail("ignite-ceiling: unknown option " + args[i] + "; options: " + opt.keySet());
+            }
+            opt.put(args[i].substring(2), args[i + 1]);
+        }
+        String where = opt.get("host") + ":" + opt.get("port");
+        String cacheName = opt.get("cache");
+        String split = opt.get("split");
+        int threads = Integer.parseInt(opt.get("concurrency"));
+        int batch = Integer.parseInt(opt.get("batch"));
+        int timeoutMs = (int) (Double.parseDouble(opt.get("timeout")) * 1000);
+
+        ClientConfiguration cfg = new ClientConfiguration().setAddresses(where).setTimeout(timeoutMs)
+            .setHeartbeatEnabled(false).setPartitionAwarenessEnabled(false);
+        String user = System.getenv("CEILING_USERNAME");
+        if (user != null && !user.isEmpty()) {
+            cfg.setUserName(user).setUserPassword(System.getenv("CEILING_PASSWORD"));
+        }
+        if (Boolean.parseBoolean(opt.get("tls"))) {
+            SSLContext ctx = sslContext(opt.get("ca"));
+            cfg.setSslMode(SslMode.REQUIRED).setSslContextFactory(() -> ctx);
+        }
+
+        long connectStart = System.nanoTime();
+        List<IgniteClient> clients = new ArrayList<>();
+        ExecutorService pool = Executors.newFixedThreadPool(threads);
+        try {
+            List<Future<IgniteClient>> starting = new ArrayList<>();
+            for (int i = 0; i < threads; i++) {
+                starting.add(pool.submit(() -> Ignition.startClient(cfg)));
+            }
+            for (Future<IgniteClient> f : starting) {
+                clients.add(f.get());
+            }
+        } catch (Exception e) {
+            fail("ignite-ceiling: cannot connect to Ignite at " + where + ": " + firstLine(e));
+        }
+        double connectSeconds = (System.nanoTime() - connectStart) / 1e9;
+
+        long start = System.nanoTime();
+        double cpuStart = cpuSeconds();
+        List<String> keys = new ArrayList<>();
+        try {
+            ClientCache<String, String> ids = clients.get(0).cache(cacheName + "_IDS");
+            ScanQuery<String, String> scan = new ScanQuery<>();
+            scan.setPageSize(5000);
+            try (QueryCursor<Cache.Entry<String, String>> cursor = ids.query(scan)) {
+                for (Cache.Entry<String, String> e : cursor) {
+                    String s = e.getValue() == null ? "train" : e.getValue();
+                    if (s.equals(split)) {
+                        keys.add(e.getKey());
+                    }
+                }
+            }
+        } catch (Exception e) {
+            fail("ignite-ceiling: listing the ids of cache " + cacheName + "_IDS at " + where + " failed: "
+                + firstLine(e));
+        }
+        List<List<String>> batches = new ArrayList<>();
+        for (int i = 0; i < keys.size(); i += batch) {
+            batches.add(keys.subList(i, Math.min(keys.size(), i + batch)));
+        }
+        AtomicInteger next = new AtomicInteger();
+        AtomicLong samples = new AtomicLong();
+        AtomicLong bytes = new AtomicLong();
+        List<Future<?>> running = new ArrayList<>();
+        for (IgniteClient client : clients) {
+            running.add(pool.submit(() -> {
+                ClientCache<String, BinaryObject> cache = client.<String, Object>cache(cacheName).withKeepBinary();
+                for (int i = next.getAndIncrement(); i < batches.size(); i = next.getAndIncrement()) {
+                    Map<String, BinaryObject> values = cache.getAll(new HashSet<>(batches.get(i)));
+                    for (BinaryObject value : values.values()) {
+                        byte[] data = value.field("data");
+                        samples.incrementAndGet();
+                        bytes.addAndGet(data == null ? 0 : data.length);
+                    }
+                }
+                return null;
+            }));
+        }
+        try {
+            for (Future<?> f : running) {
+                f.get();
+            }
+        } catch (Exception e) {
+            fail("ignite-ceiling: reading cache " + cacheName + " at " + where + " failed: " + firstLine(e));
+        }
+        double seconds = (System.nanoTime() - start) / 1e9;
+        double cpu = cpuSeconds() - cpuStart;
+        for (IgniteClient client : clients) {
+            client.close();
+        }
+        pool.shutdown();
+        System.out.printf(java.util.Locale.ROOT,
+            "{\"program\": \"java/ignite-thin-client\", \"samples\": %d, \"bytes\": %d, \"wire_bytes\": %d, "
+            + "\"seconds\": %.6f, \"connect_seconds\": %.6f, \"cpu_s\": %.6f, \"cpu_total_s\": %.6f, "
+            + "\"concurrency\": %d}%n",
+            samples.get(), bytes.get(), bytes.get(), seconds, connectSeconds, cpu, cpuSeconds(), threads);
+        System.out.flush();
+        System.exit(0);
+    }
+}

@@ -1,0 +1,163 @@
+"""The native ceiling programs against the real servers: exactly the dataset's bytes, and one clear line on failure.
+
+Each backend gets a small two-split dataset of its own (unique names, dropped at the end); a ceiling must
+read the 'train' split, every sample of it and nothing of 'val', with the same image bytes as the
+backend's own `scan()`, directly and through toxiproxy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import time
+import uuid
+
+import pytest
+
+from workbench.backends.registry import make_backend
+from workbench.bench.native_ceilings import CeilingConfig, program_name, run_native_ceiling
+from workbench.data import SyntheticSource
+from workbench.errors import WorkbenchError
+from workbench.ingest import ingest
+from workbench.stack import ceilings as built
+
+pytestmark = pytest.mark.services
+
+N = 40  # every 4th sample goes to 'val': 30 in 'train'
+NETWORKED = ["cassandra", "s3-objects", "s3-shards", "ignite"]
+LAYOUTS = {"s3-shards": {"maxcount": 7}, "fs-shards": {"layout": "shards", "maxcount": 7}}
+
+
+class TwoSplits:
+    """Every 4th sample in 'val', after the 'train' ones (so shard packers see one run per split)."""
+
+    def __init__(self, inner: SyntheticSource) -> None:
+        self.inner, self.name, self.classes = inner, inner.name, inner.classes
+        self.splits = ["train", "val"]
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __iter__(self):
+        samples = list(self.inner)
+        yield from (s for i, s in enumerate(samples) if i % 4)
+        yield from (dataclasses.replace(s, split="val") for i, s in enumerate(samples) if not i % 4)
+
+
+@pytest.fixture(scope="module")
+def settings(stack, tmp_path_factory):
+    """The stack's settings with a private state_dir (catalog, fs datasets)."""
+    return stack.model_copy(update={"state_dir": tmp_path_factory.mktemp("state")})
+
+
+@pytest.fixture(scope="module")
+def datasets(settings):
+    """variant -> (dataset name, backend name, expected (samples, bytes) of 'train' from the backend's scan())."""
+    made = {}
+    try:
+        for variant in [*NETWORKED, "fs", "fs-shards"]:
+            name = f"ceil_{variant.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+            backend = make_backend(variant.removesuffix("-shards") if variant == "fs-shards" else variant, settings,
+                                   name, workers=4, **LAYOUTS.get(variant, {}))
+            made[variant] = backend
+            ingest(TwoSplits(SyntheticSource(N, mean_kb=12, seed=5, name=name)), backend, progress=False)
+        yield {variant: (b.dataset, b.name, _expected(b)) for variant, b in made.items()}
+    finally:
+        for backend in made.values():
+            backend.drop()
+
+
+def _expected(backend) -> tuple[int, int]:
+    train = [s for s in backend.scan() if s.split == "train"]
+    assert len(train) == N - N // 4
+    return len(train), sum(len(s.data) for s in train)
+
+
+@pytest.mark.parametrize("variant", [*NETWORKED, "fs", "fs-shards"])
+def test_reads_exactly_the_datasets_bytes(settings, datasets, variant):
+    dataset, backend, expected = datasets[variant]
+    run = run_native_ceiling(settings, backend, {"dataset": dataset, "concurrency": 4})
+    assert run.counts == expected
+    assert run.program == program_name(backend)
+    assert run.seconds > 0 and run.cpu_s >= 0
+    assert run.wire_bytes >= run.bytes  # shards: tar headers, labels and ids on top of the images
+
+
+@pytest.mark.parametrize("variant", NETWORKED)
+def test_through_toxiproxy_reads_the_same(settings, datasets, variant):
+    dataset, backend, expected = datasets[variant]
+    run = run_native_ceiling(settings, backend, CeilingConfig(dataset=dataset, concurrency=3, via_proxy=True))
+    assert run.counts == expected
+
+
+def test_reads_the_split_asked_for(settings, datasets):
+    dataset, backend, _ = datasets["s3-objects"]
+    assert run_native_ceiling(settings, backend, {"dataset": dataset, "split": "val"}).samples == N // 4
+
+
+# ----------------------------------------------------------------------------------------- failures
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+WRONG_LOGIN = {"cassandra": {"cassandra_password": "wrong-password-x1"},
+               "s3-objects": {"s3_secret_key": "wrong-secret-key-x1"},
+               "s3-shards": {"s3_secret_key": "wrong-secret-key-x1"},
+               "ignite": {"ignite_password": "wrong-password-x1"}}
+PORT_FIELD = {"cassandra": "cassandra_port", "s3-objects": "s3_port", "s3-shards": "s3_port",
+              "ignite": "ignite_port"}
+
+
+def _fails_in_one_line(settings, backend: str, dataset: str, secret: str | None = None) -> str:
+    start = time.monotonic()
+    with pytest.raises(WorkbenchError) as err:
+        run_native_ceiling(settings, backend, {"dataset": dataset}, run_timeout_s=60)
+    message = str(err.value)
+    assert time.monotonic() - start < 45, "a failure must end well before the run limit"
+    assert "\n" not in message and backend in message
+    if secret:
+        assert secret not in message
+    return message
+
+
+@pytest.mark.parametrize("variant", NETWORKED)
+def test_a_bad_login_is_one_clear_line(settings, datasets, variant):
+    dataset, backend, _ = datasets[variant]
+    wrong = {k: type(getattr(settings, k))(v) for k, v in WRONG_LOGIN[variant].items()}
+    broken = settings.model_copy(update={**wrong, "timeout_s": 3.0})
+    message = _fails_in_one_line(broken, backend, dataset, next(iter(WRONG_LOGIN[variant].values())))
+    assert any(word in message.lower() for word in ("auth", "password", "signature", "credential", "access")), message
+
+
+@pytest.mark.parametrize("variant", NETWORKED)
+def test_an_unreachable_port_is_one_clear_line(settings, datasets, variant):
+    dataset, backend, _ = datasets[variant]
+    port = _closed_port()
+    broken = settings.model_copy(update={PORT_FIELD[variant]: port, "timeout_s": 3.0})
+    message = _fails_in_one_line(broken, backend, dataset)
+    assert str(port) in message
+
+
+def test_an_unknown_dataset_is_one_clear_line(settings):
+    with pytest.raises(WorkbenchError, match="manifest"):
+        run_native_ceiling(settings, "s3-objects", {"dataset": f"missing_{uuid.uuid4().hex[:8]}"})
+
+
+def test_a_missing_toolchain_names_the_tool(settings, tmp_path, monkeypatch):
+    fresh = settings.model_copy(update={"cache_dir": tmp_path})  # nothing built there yet
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(WorkbenchError, match="'go' is not on PATH"):
+        built.go_program(fresh, "s3-ceiling")
+
+
+@pytest.mark.slow
+def test_stack_provisioning_builds_the_go_ceilings(settings, tmp_path):
+    fresh = settings.model_copy(update={"cache_dir": tmp_path})
+    built.provision_ceilings(fresh, ["minio"])
+    home = built.go_home(fresh)
+    assert (home / ".complete").exists()
+    assert sorted(p.name for p in (home / "bin").iterdir()) == sorted(built.GO_PROGRAMS.values())

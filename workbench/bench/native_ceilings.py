@@ -1,0 +1,204 @@
+"""Each backend's ceiling, measured by a compiled program that shares no code with our loaders.
+
+Why: a Python loop as the "raw ceiling" costs what our loaders cost, so loaders beat their own ceiling
+and the benchmark measures Python. These programs (`ceilings/`, built by `workbench.stack.ceilings`)
+read exactly the layout our backends write, located through the catalog like the loaders find it, at
+the same concurrency and through the same toxiproxy port when `via_proxy`:
+
+| backend | program |
+| --- | --- |
+| s3-objects, s3-shards | Go, minio-go v7: manifest.txt / index.json, then GETs, N goroutines (shards: tars parsed) |
+| cassandra | Go, gocql: ids from metadata_<split>, prepared single-partition SELECTs of data_<split>, N goroutines |
+| ignite | Java thin client (ignite-core): ids from <CACHE>_IDS, getAll batches of binary objects, N threads |
+| fs | Go, os.ReadFile / tar reads, N goroutines |
+
+Each prints one JSON line: samples, bytes (the images, as the backend's `scan` counts them), wire bytes,
+seconds (listing + reads, after connecting), and the program's own CPU seconds (user+sys) in that time.
+Credentials go to the program in environment variables, never on its command line, and never appear in
+an error (they are scrubbed from its output). Every request has settings.timeout_s; the whole run is
+bounded by `run_timeout_s`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workbench.backends import locate
+from workbench.config import Settings
+from workbench.errors import WorkbenchError
+from workbench.stack.ceilings import GO_PROGRAMS, JAVA_MAIN, go_program, java_classpath
+from workbench.stack.java import java_command
+
+BACKENDS = ("cassandra", "s3-objects", "s3-shards", "ignite", "fs")
+RUN_TIMEOUT_S = 600.0
+
+
+class CeilingConfig(BaseModel):
+    """What a ceiling needs of a loader config (the bench passes the loader's; other fields are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    dataset: str = Field(..., min_length=1)
+    split: str = "train"
+    concurrency: int = Field(16, ge=1, le=1024)
+    via_proxy: bool = False
+    io_threads: int = Field(2, ge=1, le=32, description="cassandra: connections (as the cassandra loader's)")
+    get_batch: int = Field(64, ge=1, le=100_000, description="ignite: keys per getAll (as the ignite loader's)")
+
+
+@dataclass(frozen=True)
+class CeilingRun:
+    """One run of a ceiling program."""
+
+    program: str
+    samples: int
+    bytes: int
+    wire_bytes: int
+    seconds: float
+    connect_seconds: float
+    cpu_s: float
+
+    @property
+    def counts(self) -> tuple[int, int]:
+        return self.samples, self.bytes
+
+
+@dataclass(frozen=True)
+class _Command:
+    argv: list[str]
+    env: dict[str, str]
+
+
+def program_name(backend: str) -> str:
+    """The ceiling program of a backend, for result rows."""
+    return {"cassandra": "go/gocql", "s3-objects": "go/minio-go objects", "s3-shards": "go/minio-go shards",
+            "ignite": "java/ignite-thin-client", "fs": "go/os"}[_check_backend(backend)]
+
+
+def _check_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise WorkbenchError(f"no native ceiling for backend '{backend}': use one of {', '.join(BACKENDS)}")
+    return backend
+
+
+def _base_env() -> dict[str, str]:
+    """The child's environment: just enough to run (no inherited WORKBENCH_* secrets)."""
+    return {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "JAVA_HOME", "LANG", "TMPDIR")}
+
+
+def _tls_flags(settings: Settings, style: str) -> list[str]:
+    if not settings.tls:
+        return []
+    ca = str(settings.ca_file())
+    return ["-tls", "-ca", ca] if style == "go" else ["--tls", "true", "--ca", ca]
+
+
+def _entry(settings: Settings, backend: str, config: CeilingConfig) -> dict:
+    """Where the dataset lives, as the loaders find it: the catalog, or the backend's default layout."""
+    return locate(settings, backend, config.dataset)
+
+
+def _s3(settings: Settings, backend: str, c: CeilingConfig) -> _Command:
+    entry = _entry(settings, backend, c)
+    access, secret = settings.s3_credentials()
+    argv = [str(go_program(settings, GO_PROGRAMS["s3"])),
+            "-endpoint", f"{settings.host}:{settings.port('s3', c.via_proxy)}", "-region", settings.s3_region,
+            "-bucket", entry.get("bucket") or settings.s3_bucket, "-prefix", entry.get("prefix") or "",
+            "-split", c.split, "-layout", "shards" if backend == "s3-shards" else "objects",
+            "-concurrency", str(c.concurrency), "-timeout", str(settings.timeout_s), *_tls_flags(settings, "go")]
+    return _Command(argv, {**_base_env(), "CEILING_ACCESS_KEY": access, "CEILING_SECRET_KEY": secret})
+
+
+def _cassandra(settings: Settings, c: CeilingConfig) -> _Command:
+    entry = _entry(settings, "cassandra", c)
+    tables, metadata = entry.get("tables") or {}, entry.get("metadata_tables") or {}
+    if c.split not in tables or c.split not in metadata:
+        raise WorkbenchError(
+            f"dataset '{c.dataset}' has no split '{c.split}' in Cassandra (splits: {', '.join(tables) or 'none'}): "
+            "ingest it with `workbench ingest --backend cassandra`, or pick another split"
+        )
+    columns = entry.get("columns") or {}
+    settings.check_credentials()
+    env = _base_env()
+    if settings.cassandra_username and settings.cassandra_password:
+        env |= {"CEILING_USERNAME": settings.cassandra_username,
+                "CEILING_PASSWORD": settings.cassandra_password.get_secret_value()}
+    argv = [str(go_program(settings, GO_PROGRAMS["cassandra"])), "-host", settings.host,
+            "-port", str(settings.port("cassandra", c.via_proxy)), "-data-table", tables[c.split],
+            "-metadata-table", metadata[c.split], "-id-col", columns.get("id") or "id",
+            "-data-col", columns.get("data") or "data", "-concurrency", str(c.concurrency),
+            "-conns", str(c.io_threads), "-timeout", str(settings.timeout_s), *_tls_flags(settings, "go")]
+    return _Command(argv, env)
+
+
+def _ignite(settings: Settings, c: CeilingConfig) -> _Command:
+    entry = _entry(settings, "ignite", c)
+    if entry.get("mode", "binary") != "binary":
+        raise WorkbenchError(f"the Ignite ceiling reads binary-mode caches; dataset '{c.dataset}' is in "
+                             f"{entry.get('mode')} mode (ingest with -o mode=binary)")
+    settings.check_credentials()
+    env = _base_env()
+    if settings.ignite_username and settings.ignite_password:
+        env |= {"CEILING_USERNAME": settings.ignite_username,
+                "CEILING_PASSWORD": settings.ignite_password.get_secret_value()}
+    args = ["--host", settings.host, "--port", str(settings.port("ignite", c.via_proxy)), "--cache", entry["cache"],
+            "--split", c.split, "--concurrency", str(c.concurrency), "--batch", str(c.get_batch),
+            "--timeout", str(settings.timeout_s), *_tls_flags(settings, "java")]
+    argv = java_command(java_classpath(settings), JAVA_MAIN, heap="512m", props={}, args=args)
+    return _Command(argv, env)
+
+
+def _fs(settings: Settings, c: CeilingConfig) -> _Command:
+    entry = _entry(settings, "fs", c)
+    argv = [str(go_program(settings, GO_PROGRAMS["fs"])), "-root", str(Path(entry["root"])), "-split", c.split,
+            "-layout", entry.get("layout") or "imagefolder", "-concurrency", str(c.concurrency)]
+    return _Command(argv, _base_env())
+
+
+def command_for(settings: Settings, backend: str, config: CeilingConfig) -> _Command:
+    """The program's command line and environment (builds the program on first use)."""
+    _check_backend(backend)
+    if backend in ("s3-objects", "s3-shards"):
+        return _s3(settings, backend, config)
+    return {"cassandra": _cassandra, "ignite": _ignite, "fs": _fs}[backend](settings, config)
+
+
+def _scrub(text: str, settings: Settings) -> str:
+    for secret in settings.secrets():
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def run_native_ceiling(settings: Settings, backend: str, config: CeilingConfig | dict,
+                       run_timeout_s: float = RUN_TIMEOUT_S) -> CeilingRun:
+    """Run the backend's ceiling program once over the dataset's split; its counts, times and CPU."""
+    c = config if isinstance(config, CeilingConfig) else CeilingConfig(**config)
+    command = command_for(settings, backend, c)
+    name = program_name(backend)
+    try:
+        proc = subprocess.run(command.argv, env=command.env, capture_output=True, text=True, timeout=run_timeout_s,
+                              stdin=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired:
+        raise WorkbenchError(
+            f"the {backend} ceiling ({name}) ran over {run_timeout_s:.0f}s on dataset '{c.dataset}' and was "
+            "stopped: a smaller dataset, or a larger run_timeout_s"
+        ) from None
+    if proc.returncode != 0:
+        lines = [line for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
+        reason = _scrub(lines[-1] if lines else f"exit status {proc.returncode}", settings)
+        raise WorkbenchError(f"the {backend} ceiling ({name}) failed: {reason}")
+    try:
+        doc = json.loads(next(line for line in reversed(proc.stdout.splitlines()) if line.startswith("{")))
+        return CeilingRun(program=name, samples=int(doc["samples"]), bytes=int(doc["bytes"]),
+                          wire_bytes=int(doc["wire_bytes"]), seconds=float(doc["seconds"]),
+                          connect_seconds=float(doc["connect_seconds"]), cpu_s=float(doc["cpu_s"]))
+    except (StopIteration, ValueError, KeyError, TypeError) as exc:
+        raise WorkbenchError(f"the {backend} ceiling ({name}) printed no result line ({type(exc).__name__}); "
+                             f"rebuild it by removing {settings.cache_dir}/ceilings-*") from None

@@ -247,19 +247,20 @@ def bench_loaders_command(
     repeats: Annotated[int, typer.Option(min=1)] = 3,
     results_dir: Annotated[Path, typer.Option()] = Path("results/bench-loaders"),
 ) -> None:
-    """Every loader vs its backend's raw ceiling (plain client loop), at each round-trip time."""
+    """Every loader vs its backend's native ceiling (a compiled client), at each round-trip time."""
     from workbench.bench.loaders import bench_loaders
 
     names = loader or [n for n in ("cassandra", "s3-shards", "s3-objects", "s3-naive", "ignite", "fs")]
     rows = bench_loaders(get_settings(), names, count, mean_kb, concurrency, rtt_ms or [0.0, 50.0], repeats,
                          results_dir)
     table = Table("loader", "backend", "RTT ms", "samples/s", "min", "max", "MB/s", "/ ceiling", "/ own 0 ms",
+                  "CPU µs/sample",
                   title=f"loaders vs raw ceilings: {count} x {mean_kb:.0f} KB, concurrency {concurrency}, "
                   f"median of {repeats}")
     for r in rows:
         table.add_row(r["loader"], r["backend"], f"{r['rtt_ms']:.0f}", f"{r['samples_per_s']:.0f}",
                       f"{r['samples_per_s_min']:.0f}", f"{r['samples_per_s_max']:.0f}", f"{r['mb_per_s']:.1f}",
-                      f"{r['ratio_to_ceiling']:.2f}", f"{r['ratio_to_0ms']:.2f}")
+                      f"{r['ratio_to_ceiling']:.2f}", f"{r['ratio_to_0ms']:.2f}", f"{r['cpu_us_per_sample']:.0f}")
     console.print(table)
     console.print(f"results: {results_dir}")
 

@@ -1,8 +1,9 @@
 """`workbench bench loaders`: every loader against its backend's raw ceiling, at several round-trip times.
 
 All runs go through toxiproxy (a proxy without toxics is the 0 ms baseline), so the proxy's own cost
-is in every number and ratios compare like with like. The ceiling of a backend is the best plain
-client loop at the same concurrency, no framework (`raw_ceiling` in the backend's loader module).
+is in every number and ratios compare like with like. The ceiling of a backend is a compiled program
+sharing no code with our loaders, at the same concurrency (`workbench.bench.native_ceilings`; column
+`ceiling_program`). Every row records the client's CPU time per sample and per MB.
 Each point is repeated; rows carry median, min and max, and the full configuration.
 """
 
@@ -18,6 +19,7 @@ from tqdm import tqdm
 
 from workbench.backends import make_backend
 from workbench.bench.ingest import generate
+from workbench.bench.native_ceilings import cpu_columns, native_ceiling_run, program_name
 from workbench.config import PROXIED, Settings
 from workbench.environment import describe_environment
 from workbench.ingest import ingest
@@ -29,9 +31,12 @@ PROXY_OF_BACKEND = {"cassandra": "cassandra", "s3-objects": "s3", "s3-shards": "
 LAYOUT = {"s3-shards": {"maxcount": 100}, "fs": {}}  # ~10 shards per 1000 samples: enough to split
 
 
-def timed(run: Callable[[], tuple[int, int]]) -> tuple[float, int, int]:
-    start = time.perf_counter()
+def timed(run: Callable[[], tuple[int, int]], cpu: list[float] | None = None) -> tuple[float, int, int]:
+    """(seconds, samples, bytes); appends this process's CPU seconds (all its threads) to `cpu`."""
+    start, cpu_start = time.perf_counter(), time.process_time()
     samples, nbytes = run()
+    if cpu is not None:
+        cpu.append(time.process_time() - cpu_start)
     return time.perf_counter() - start, samples, nbytes
 
 
@@ -98,11 +103,12 @@ def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: f
                 toxiproxy.set_network(proxy, rtt_ms=rtt)
             proxied = PROXY_OF_BACKEND[backend] is not None
             config = {"dataset": dataset, "concurrency": concurrency, "via_proxy": proxied}
+            cpu: list[float] = []
             if name.startswith("ceiling:"):
-                run = ceiling_of(backend, settings, config)
+                results = [native_ceiling_run(settings, backend, config, cpu) for _ in range(repeats)]
             else:
                 run = epoch_of(name, settings, config, max_seconds)
-            results = [timed(run) for _ in range(repeats)]
+                results = [timed(run, cpu) for _ in range(repeats)]
             if PROXY_OF_BACKEND[backend]:
                 toxiproxy.check_network(PROXY_OF_BACKEND[backend], rtt_ms=rtt)
             rates = [s / t for t, s, _ in results]
@@ -112,6 +118,8 @@ def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: f
                 "samples": results[0][1], "repeats": repeats,
                 "samples_per_s": statistics.median(rates), "samples_per_s_min": min(rates),
                 "samples_per_s_max": max(rates), "mb_per_s": statistics.median(mbps),
+                "ceiling_program": program_name(backend) if name.startswith("ceiling:") else None,
+                **cpu_columns(results, cpu),
             })
     finally:
         toxiproxy.reset()

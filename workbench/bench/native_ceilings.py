@@ -22,7 +22,9 @@ bounded by `run_timeout_s`.
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,3 +204,25 @@ def run_native_ceiling(settings: Settings, backend: str, config: CeilingConfig |
     except (StopIteration, ValueError, KeyError, TypeError) as exc:
         raise WorkbenchError(f"the {backend} ceiling ({name}) printed no result line ({type(exc).__name__}); "
                              f"rebuild it by removing {settings.cache_dir}/ceilings-*") from None
+
+
+# ----------------------------------------------------------------------------------- for the benchmark
+
+
+def native_ceiling_run(settings: Settings, backend: str, config: dict, cpu: list[float]) -> tuple[float, int, int]:
+    """One timed run for `workbench bench loaders`: (seconds, samples, bytes); appends the program's CPU seconds.
+
+    seconds are the program's own (listing + reads, after connecting): neither the process start (a JVM)
+    nor the connect is a cost of reading.
+    """
+    run = run_native_ceiling(settings, backend, config)
+    cpu.append(run.cpu_s)
+    return run.seconds, run.samples, run.bytes
+
+
+def cpu_columns(results: list[tuple[float, int, int]], cpu: list[float]) -> dict[str, float]:
+    """Client CPU per sample (µs) and per MB (ms), medians over the repeats (NaN when nothing was read)."""
+    per_sample = [c / s * 1e6 for c, (_, s, _) in zip(cpu, results, strict=True) if s]
+    per_mb = [c * 1e3 / (b / 1e6) for c, (_, _, b) in zip(cpu, results, strict=True) if b]
+    return {"cpu_us_per_sample": statistics.median(per_sample) if per_sample else math.nan,
+            "cpu_ms_per_mb": statistics.median(per_mb) if per_mb else math.nan}

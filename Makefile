@@ -6,7 +6,7 @@ comma := ,
 EXTRAS ?= triton,torch,tf,dali,bench,peers,lightning,dev
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-10)-$(subst $(comma),_,$(EXTRAS))
 
-.PHONY: venv stack-up stack-down stack-status demo test unit lint sweep notebooks
+.PHONY: venv stack-up stack-down stack-status demo test unit lint sweep notebooks lab fuzz
 
 venv: $(STAMP)
 
@@ -42,6 +42,18 @@ notebooks: stack-up
 	$(BIN)/papermill notebooks/02-loader-sweep.ipynb $(NB_OUT)/02-loader-sweep.ipynb -p name notebook-sweep
 	$(BIN)/papermill notebooks/03-triton-inference.ipynb $(NB_OUT)/03-triton-inference.ipynb
 	$(BIN)/papermill notebooks/04-report.ipynb $(NB_OUT)/04-report.ipynb -p results_dir $(NB_OUT)
+
+# JupyterLab on notebooks/ with this venv's kernel, on 127.0.0.1:LAB_PORT; prints the URL with its token.
+LAB_PORT ?= 8888
+lab: venv
+	$(BIN)/python -m workbench.lab --port $(LAB_PORT)
+
+# Coverage-guided fuzzing (atheris) of every parser of outside input, FUZZ_SECONDS per harness: executions and
+# findings per harness; crashing inputs land in fuzz/crashes/, logs in fuzz/logs/. Results: fuzz/README.md.
+FUZZ_SECONDS ?= 60
+fuzz: venv
+	$(BIN)/python -c "import atheris" 2>/dev/null || $(BIN)/python -m pip install -q -e '.[fuzz]'
+	$(BIN)/python fuzz/run.py --seconds $(FUZZ_SECONDS)
 
 test: stack-up
 	$(BIN)/python -m pytest

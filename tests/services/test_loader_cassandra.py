@@ -1,4 +1,6 @@
-"""The Cassandra loader against the real server: exact epochs, shards, workers, adapters, errors, latency.
+"""The Cassandra loaders against the real server: exact epochs, shards, workers, adapters, errors, latency.
+
+Every test runs on both loaders: `cassandra` (C++ driver, acsylla) and `cassandra-py` (Python driver).
 
 Datasets are ingested once per module into keyspaces of their own and dropped at the end.
 """
@@ -12,6 +14,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from importlib import import_module
 
 import pytest
 
@@ -21,11 +24,13 @@ from workbench.clients import cassandra_session
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
+from workbench.loaders import LOADERS as LOADERS_BY_NAME
 from workbench.loaders import make_loader
-from workbench.loaders.cassandra import raw_ceiling
+from workbench.loaders.cassandra_native import CassandraNativeLoader
 
 pytestmark = pytest.mark.services
 
+LOADERS = ["cassandra", "cassandra-py"]  # the native (C++ driver) loader and the Python-driver one: same behaviour
 N = 200  # enough for the latency test: 200 sequential reads at 20 ms would take 4 s
 
 
@@ -61,22 +66,34 @@ def data(stack):
             catalog.catalog_path(stack, "cassandra", d.name).unlink(missing_ok=True)
 
 
-def epoch(stack, name: str, **config) -> list:
-    with make_loader("cassandra", stack, dataset=name, **config) as loader:
-        return list(loader)
+@pytest.fixture(params=LOADERS)
+def loader(request) -> str:
+    return request.param
 
 
-def prefetch_threads() -> list[threading.Thread]:
+def epoch(stack, loader: str, name: str, **config) -> list:
+    with make_loader(loader, stack, dataset=name, **config) as source:
+        return list(source)
+
+
+def prefetching(source) -> list:
+    """What still fetches ahead: the Python-driver loader's prefetch threads, the native loader's epoch tasks."""
+    if isinstance(source, CassandraNativeLoader):
+        return [None] * source.producing()
     return [t for t in threading.enumerate() if t.name.startswith("cassandra-prefetch")]
+
+
+def io_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("cassandra-native-io")]
 
 
 # ------------------------------------------------------------------------------------ exact epochs
 
 
 @pytest.mark.parametrize("ordered", [True, False])
-def test_one_epoch_is_the_split_byte_for_byte(stack, data, ordered):
+def test_one_epoch_is_the_split_byte_for_byte(stack, loader, data, ordered):
     d = data["cls"]
-    items = epoch(stack, d.name, ordered=ordered, concurrency=16, batch_size=7, prefetch_buffers=3)
+    items = epoch(stack, loader, d.name, ordered=ordered, concurrency=16, batch_size=7, prefetch_buffers=3)
     assert Counter(i.key for i in items) == d.keys
     for item in items:
         sample = d.samples[item.key]
@@ -84,28 +101,29 @@ def test_one_epoch_is_the_split_byte_for_byte(stack, data, ordered):
         assert item.label == sample.label and isinstance(item.label, int)
 
 
-def test_counts_and_raw_ceiling_agree_with_the_source(stack, data):
+def test_counts_and_raw_ceiling_agree_with_the_source(stack, loader, data):
     d = data["cls"]
-    with make_loader("cassandra", stack, dataset=d.name) as loader:
-        assert sum(1 for _ in loader) == N
-        assert (loader.samples, loader.bytes) == (N, sum(len(s.data) for s in d.samples.values()))
-        config = loader.config
+    with make_loader(loader, stack, dataset=d.name) as source:
+        assert sum(1 for _ in source) == N
+        assert (source.samples, source.bytes) == (N, sum(len(s.data) for s in d.samples.values()))
+        config = source.config
+    raw_ceiling = import_module(LOADERS_BY_NAME[loader].split(":")[0]).raw_ceiling
     assert raw_ceiling(stack, config) == (N, sum(len(s.data) for s in d.samples.values()))
 
 
-def test_explicit_table_columns_and_source_uuids(stack, data):
+def test_explicit_table_columns_and_source_uuids(stack, loader, data):
     d = data["cls"]
     wanted = sorted(d.samples)[:10]
-    items = epoch(stack, d.name, table=f"{d.backend.keyspace}.data_train", id_col="id", label_col="label",
+    items = epoch(stack, loader, d.name, table=f"{d.backend.keyspace}.data_train", id_col="id", label_col="label",
                   data_col="data", source_uuids=[u.upper() for u in wanted], cassandra_ips=[stack.host],
                   cassandra_port=stack.cassandra_port, io_threads=1, shuffle=False)
     assert [i.key for i in items] == wanted
     assert all(i.data == d.samples[i.key].data for i in items)
 
 
-def test_two_shards_are_disjoint_and_cover_the_split(stack, data):
+def test_two_shards_are_disjoint_and_cover_the_split(stack, loader, data):
     d = data["cls"]
-    shards = [Counter(i.key for i in epoch(stack, d.name, shard_id=r, num_shards=2)) for r in range(2)]
+    shards = [Counter(i.key for i in epoch(stack, loader, d.name, shard_id=r, num_shards=2)) for r in range(2)]
     assert not set(shards[0]) & set(shards[1])
     assert shards[0] + shards[1] == d.keys
     assert abs(sum(shards[0].values()) - sum(shards[1].values())) <= 1
@@ -113,13 +131,13 @@ def test_two_shards_are_disjoint_and_cover_the_split(stack, data):
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 @pytest.mark.parametrize("workers", [1, 2, 4])
-def test_dataloader_workers_deliver_each_sample_once(stack, data, workers):
+def test_dataloader_workers_deliver_each_sample_once(stack, loader, data, workers):
     from torch.utils.data import DataLoader
 
     from workbench.adapters.torch import LoaderDataset, collate_raw, worker_context
 
     d = data["cls"]
-    dataset = LoaderDataset("cassandra", stack, dataset=d.name, batch_size=8, concurrency=8)
+    dataset = LoaderDataset(loader, stack, dataset=d.name, batch_size=8, concurrency=8)
     keys: Counter = Counter()
     for batch in DataLoader(dataset, batch_size=16, num_workers=workers, collate_fn=collate_raw,
                             multiprocessing_context=worker_context(stack, workers)):
@@ -128,72 +146,72 @@ def test_dataloader_workers_deliver_each_sample_once(stack, data, workers):
     assert keys == d.keys
 
 
-def test_shuffled_epochs_differ_and_a_seed_reproduces_its_order(stack, data):
+def test_shuffled_epochs_differ_and_a_seed_reproduces_its_order(stack, loader, data):
     d = data["cls"]
-    with make_loader("cassandra", stack, dataset=d.name, seed=9) as loader:
-        first = [i.key for i in loader]
-        loader.set_epoch(1)
-        second = [i.key for i in loader]
+    with make_loader(loader, stack, dataset=d.name, seed=9) as source:
+        first = [i.key for i in source]
+        source.set_epoch(1)
+        second = [i.key for i in source]
     assert first != second and Counter(first) == Counter(second) == d.keys
-    assert [i.key for i in epoch(stack, d.name, seed=9)] == first
-    assert [i.key for i in epoch(stack, d.name, seed=10)] != first
-    assert [i.key for i in epoch(stack, d.name, shuffle=False)] == sorted(d.samples)
+    assert [i.key for i in epoch(stack, loader, d.name, seed=9)] == first
+    assert [i.key for i in epoch(stack, loader, d.name, seed=10)] != first
+    assert [i.key for i in epoch(stack, loader, d.name, shuffle=False)] == sorted(d.samples)
 
 
 # ----------------------------------------------------------------------------------------- labels
 
 
-def test_blob_labels_of_a_segmentation_set(stack, data):
+def test_blob_labels_of_a_segmentation_set(stack, loader, data):
     d = data["seg"]
-    items = epoch(stack, d.name, label_type="blob")
+    items = epoch(stack, loader, d.name, label_type="blob")
     assert Counter(i.key for i in items) == d.keys
     for item in items:
         assert isinstance(item.label, bytes) and item.label == d.samples[item.key].label
         assert item.data == d.samples[item.key].data
 
 
-def test_label_type_none(stack, data):
+def test_label_type_none(stack, loader, data):
     for d in (data["none"], data["cls"]):  # stored without labels; labels stored but not read
-        items = epoch(stack, d.name, label_type="none")
+        items = epoch(stack, loader, d.name, label_type="none")
         assert Counter(i.key for i in items) == d.keys
         assert all(i.label is None and i.data == d.samples[i.key].data for i in items)
 
 
-def test_label_type_that_does_not_match_the_stored_labels(stack, data):
+def test_label_type_that_does_not_match_the_stored_labels(stack, loader, data):
     with pytest.raises(WorkbenchError, match="label_type"):
-        epoch(stack, data["cls"].name, label_type="blob")
+        epoch(stack, loader, data["cls"].name, label_type="blob")
     with pytest.raises(WorkbenchError, match="label_type"):
-        epoch(stack, data["none"].name, label_type="int")
+        epoch(stack, loader, data["none"].name, label_type="int")
     d = data["cls"]  # no catalog involved: the column's type itself is checked
     with pytest.raises(WorkbenchError, match="has type int, not blob: set label_type='int'"):
-        epoch(stack, d.name, table=f"{d.backend.keyspace}.data_train", id_col="id", label_col="label",
+        epoch(stack, loader, d.name, table=f"{d.backend.keyspace}.data_train", id_col="id", label_col="label",
               data_col="data", label_type="blob")
 
 
 # --------------------------------------------------------------------------------------- adapters
 
 
-def test_tf_data_adapter_delivers_every_id(stack, data):
+def test_tf_data_adapter_delivers_every_id(stack, loader, data):
     from workbench.adapters.tf import tf_dataset
 
     d = data["cls"]
     keys: Counter = Counter()
-    for element in tf_dataset("cassandra", stack, dataset=d.name, concurrency=8).as_numpy_iterator():
+    for element in tf_dataset(loader, stack, dataset=d.name, concurrency=8).as_numpy_iterator():
         key = element["key"].decode()
         keys[key] += 1
         assert element["data"] == d.samples[key].data and element["label"] == d.samples[key].label
     assert keys == d.keys
 
 
-def test_dali_adapter_decodes_every_sample_on_cpu(stack, data):
+def test_dali_adapter_decodes_every_sample_on_cpu(stack, loader, data):
     from nvidia.dali.backend import TensorListGPU
 
     from workbench.adapters.dali import image_pipeline
 
     d = data["cls"]
     batch_size = 32  # N = 6 full batches + a partial one of 8
-    with make_loader("cassandra", stack, dataset=d.name, concurrency=16) as loader:
-        pipe = image_pipeline(loader, batch_size, gpu=False)
+    with make_loader(loader, stack, dataset=d.name, concurrency=16) as source:
+        pipe = image_pipeline(source, batch_size, gpu=False)
         count, labels = 0, Counter()
         while True:
             try:
@@ -212,17 +230,17 @@ def test_dali_adapter_decodes_every_sample_on_cpu(stack, data):
 # ----------------------------------------------------------------------------------------- errors
 
 
-def test_a_missing_id_names_the_id_and_the_table(stack, data):
+def test_a_missing_id_names_the_id_and_the_table(stack, loader, data):
     d = data["cls"]
     missing = str(uuid.uuid4())
     with pytest.raises(WorkbenchError, match=f"{missing}.*{d.backend.keyspace}.data_train"):
-        epoch(stack, d.name, source_uuids=[*sorted(d.samples)[:5], missing])
+        epoch(stack, loader, d.name, source_uuids=[*sorted(d.samples)[:5], missing])
 
 
-def test_an_unreachable_port_fails_fast_with_host_and_port(stack, data):
+def test_an_unreachable_port_fails_fast_with_host_and_port(stack, loader, data):
     start = time.monotonic()
     with pytest.raises(WorkbenchError, match=r"127\.0\.0\.1:1\b"):
-        epoch(stack, data["cls"].name, cassandra_ips=["127.0.0.1"], cassandra_port=1)
+        epoch(stack, loader, data["cls"].name, cassandra_ips=["127.0.0.1"], cassandra_port=1)
     assert time.monotonic() - start < stack.timeout_s + 5
 
 
@@ -232,37 +250,39 @@ def test_an_unreachable_port_fails_fast_with_host_and_port(stack, data):
     {"cassandra_ips": ["127.0.0.1:9042"]}, {"cassandra_port": 0}, {"username": "alone"},
     {"ssl_certificate": "/no/such.pem"}, {"use_ssl": True, "ssl_certificate": "/no/such.pem"},
 ])
-def test_invalid_settings_are_rejected_before_io(stack, bad):
+def test_invalid_settings_are_rejected_before_io(stack, loader, bad):
     unreachable = stack.model_copy(update={"host": "192.0.2.1", "cassandra_port": 1})  # any I/O would hang
     start = time.monotonic()
-    with pytest.raises(WorkbenchError, match="invalid cassandra loader setting"):
-        make_loader("cassandra", unreachable, dataset="never_ingested", **bad)
+    with pytest.raises(WorkbenchError, match=f"invalid {loader} loader setting"):
+        make_loader(loader, unreachable, dataset="never_ingested", **bad)
     assert time.monotonic() - start < 1
 
 
 # ------------------------------------------------------------------------------- threads, pickling
 
 
-def test_stopping_early_and_close_stop_the_prefetch_thread(stack, data):
+def test_stopping_early_and_close_stop_the_prefetch_thread(stack, loader, data):
     d = data["cls"]
-    with make_loader("cassandra", stack, dataset=d.name, batch_size=4, prefetch_buffers=2) as loader:
-        iterator = iter(loader)
+    with make_loader(loader, stack, dataset=d.name, batch_size=4, prefetch_buffers=2) as source:
+        iterator = iter(source)
         first = [next(iterator) for _ in range(5)]
-        assert len(first) == 5 and prefetch_threads()
+        assert len(first) == 5 and prefetching(source)
         iterator.close()  # the consumer leaves mid-epoch
-        assert not prefetch_threads()
-        partial = iter(loader)
+        assert not prefetching(source)
+        partial = iter(source)
         next(partial)
-    assert not prefetch_threads()  # close() stopped the producer of an abandoned epoch too
+        assert prefetching(source)
+    assert not prefetching(source)  # close() stopped the producer of an abandoned epoch too
+    assert not io_threads()  # and the native loader's event loop thread
     del partial
 
 
-def test_a_loader_pickles_before_and_after_connecting(stack, data):
+def test_a_loader_pickles_before_and_after_connecting(stack, loader, data):
     d = data["cls"]
-    with make_loader("cassandra", stack, dataset=d.name, seed=4) as loader:
-        before = pickle.loads(pickle.dumps(loader))
-        keys = [i.key for i in loader]
-        after = pickle.loads(pickle.dumps(loader))
+    with make_loader(loader, stack, dataset=d.name, seed=4) as source:
+        before = pickle.loads(pickle.dumps(source))
+        keys = [i.key for i in source]
+        after = pickle.loads(pickle.dumps(source))
     for copy in (before, after):
         with copy:
             assert [i.key for i in copy] == keys
@@ -271,7 +291,7 @@ def test_a_loader_pickles_before_and_after_connecting(stack, data):
 # ---------------------------------------------------------------------------------------- latency
 
 
-def test_requests_overlap_to_hide_latency(stack, data):
+def test_requests_overlap_to_hide_latency(stack, loader, data):
     from workbench.net.toxiproxy import Toxiproxy
 
     d = data["cls"]
@@ -280,7 +300,7 @@ def test_requests_overlap_to_hide_latency(stack, data):
     toxiproxy.ensure_proxies()
     with toxiproxy.network("cassandra", rtt_ms=rtt_ms):
         start = time.perf_counter()
-        items = epoch(stack, d.name, via_proxy=True, concurrency=32)  # connecting included
+        items = epoch(stack, loader, d.name, via_proxy=True, concurrency=32)  # connecting included
         elapsed = time.perf_counter() - start
     assert Counter(i.key for i in items) == d.keys
     sequential = N * rtt_ms / 1000

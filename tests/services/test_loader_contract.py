@@ -20,7 +20,7 @@ from workbench.loaders import loader_class, make_loader
 
 pytestmark = pytest.mark.services
 
-LOADERS = ["cassandra", "s3-shards", "s3-objects", "s3-naive", "ignite", "fs",
+LOADERS = ["cassandra", "cassandra-py", "s3-shards", "s3-objects", "s3-naive", "ignite", "fs",
            "webdataset", "s3torchconnector", "mosaic-streaming"]
 LAYOUTS = {"cassandra": {}, "s3-objects": {}, "s3-shards": {"maxcount": 6}, "ignite": {}, "fs": {}}
 

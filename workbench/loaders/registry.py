@@ -11,7 +11,8 @@ from workbench.errors import WorkbenchError
 from workbench.loaders.base import Loader
 
 LOADERS: dict[str, str] = {
-    "cassandra": "workbench.loaders.cassandra:CassandraLoader",
+    "cassandra": "workbench.loaders.cassandra_native:CassandraNativeLoader",  # C++ driver (acsylla)
+    "cassandra-py": "workbench.loaders.cassandra:CassandraLoader",  # Python driver: the before, kept measurable
     "cassandra-plugin": "workbench.loaders.cassandra_plugin:CassandraPluginLoader",
     "s3-shards": "workbench.loaders.s3_shards:S3ShardsLoader",
     "s3-objects": "workbench.loaders.s3_objects:S3ObjectsLoader",

@@ -1,0 +1,588 @@
+"""Cassandra loader on the DataStax C++ driver (`acsylla`): I/O, framing and TLS run outside the GIL.
+
+The same strategy and parameters as the Python-driver loader (`cassandra-py`, workbench/loaders/cassandra.py,
+whose CassandraConfig, layout and id order it reuses): one prepared single-partition SELECT per sample,
+`concurrency` reads in flight, `prefetch_buffers` whole batches ready, completion order with
+`ordered=False`, the epoch/shard order of workbench/loaders/order.py, login, TLS with the CA and client
+certificates, bounded retries of transient failures. Why a second driver: the Python driver spends most
+of a core decoding frames, so the loader measured Python, not the storage (issue 13).
+
+Threads: one asyncio event loop per loader runs in a background thread ("cassandra-native-io") and owns
+the acsylla session; each epoch is one task on it that fills a bounded queue with whole batches. The
+consumer thread only takes batches off that queue: it never does I/O and never takes a per-sample lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import ipaddress
+import queue
+import re
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from workbench.clients import CassandraLoginRefused
+from workbench.clients.tls import STACK_CA_HINT, chained, one_line, speaks_tls, ssl_reason
+from workbench.config import Settings
+from workbench.errors import WorkbenchError
+from workbench.loaders.base import Item, Loader, LoaderConfig
+from workbench.loaders.cassandra import (
+    _CQL_LABEL,
+    ID_FETCH_SIZE,
+    PROTOCOL_VERSION,
+    CassandraConfig,
+    Layout,
+    endpoints,
+    resolve_layout,
+    ssl_context,
+    tls_of,
+)
+from workbench.loaders.order import effective_shard, epoch_order, take_shard
+from workbench.loaders.retry import RetryPolicy, is_transient
+
+T = TypeVar("T")
+_END = object()
+_THREAD = "cassandra-native-io"
+# acsylla's SSLVerifyFlags lacks the C driver's CASS_SSL_VERIFY_PEER_IDENTITY (IP address in the certificate).
+_VERIFY_NONE, _VERIFY_PEER_CERT, _VERIFY_PEER_IDENTITY, _VERIFY_PEER_IDENTITY_DNS = 0, 1, 2, 4
+
+
+def _acsylla() -> Any:
+    try:
+        import acsylla
+    except ImportError as exc:
+        raise WorkbenchError("the 'cassandra' loader needs the package acsylla (the DataStax C++ driver): "
+                             "pip install acsylla (or use loader 'cassandra-py')") from exc
+    return acsylla
+
+
+# --------------------------------------------------------------------------------- errors, retries
+
+
+def _transient_types() -> tuple[type[BaseException], ...]:
+    errors = _acsylla().errors
+    names = ("CassErrorLibNoHostsAvailable", "CassErrorLibRequestTimedOut", "CassErrorLibUnableToConnect",
+             "CassErrorLibWriteError", "CassErrorLibNoStreams", "CassErrorLibRequestQueueFull",
+             "CassErrorLibNoAvailableIoThread", "CassErrorServerUnavailable", "CassErrorServerOverloaded",
+             "CassErrorServerIsBootstrapping", "CassErrorServerReadTimeout", "CassErrorSslClosed",
+             "CassExceptionConnectionError")
+    return tuple(getattr(errors, n) for n in names if hasattr(errors, n))
+
+
+def transient(exc: BaseException) -> bool:
+    """A dropped connection, a timeout or an unavailable server (here or in what caused `exc`): worth retrying."""
+    types = _transient_types()
+    seen: BaseException | None = exc
+    for _ in range(16):
+        if seen is None:
+            break
+        if isinstance(seen, types):
+            return True
+        seen = seen.__cause__
+    return is_transient(exc)
+
+
+def _policy(config: CassandraConfig) -> RetryPolicy:
+    return RetryPolicy(attempts=config.retries + 1, budget_s=config.retry_budget_s, transient=transient)
+
+
+def _where(settings: Settings, config: CassandraConfig) -> str:
+    hosts, port = endpoints(settings, config)
+    return ", ".join(f"{h}:{port}" for h in hosts)
+
+
+def connect_error(exc: BaseException, where: str, tls: bool, timeout_s: float,
+                  first: tuple[str, int]) -> WorkbenchError:
+    """The Python-driver loader's one-line messages for a failed connect (workbench.clients.cassandra_error).
+
+    A refused login or a TLS mismatch is permanent (no transient cause); "unreachable" keeps the driver's
+    error as its cause, so the retry policy re-tries only that.
+    """
+    errors = _acsylla().errors
+    text = one_line(exc)
+    if isinstance(exc, errors.CassErrorServerBadCredentials):
+        server_says = re.search(r"error response '([^']+)'", text)
+        return chained(CassandraLoginRefused(
+            f"Cassandra at {where} refused the login ({server_says.group(1) if server_says else text}): check "
+            "WORKBENCH_CASSANDRA_USERNAME and WORKBENCH_CASSANDRA_PASSWORD (environment or .env)"), exc)
+    if isinstance(exc, errors.CassErrorSslInvalidPeerCert | errors.CassErrorSslIdentityMismatch
+                  | errors.CassErrorSslNoPeerCert):
+        reason = text.split("Underlying connection error:")[-1].strip()
+        return chained(WorkbenchError(
+            f"cannot verify the TLS certificate of Cassandra at {where} ({reason}): set "
+            f"WORKBENCH_TLS_CA_FILE to the CA that signed it ({STACK_CA_HINT})"), None)
+    if isinstance(exc, errors.CassErrorSourceSsl) and not isinstance(exc, errors.CassErrorSslClosed):
+        return chained(WorkbenchError(
+            f"TLS handshake with Cassandra at {where} failed ({ssl_reason(text)}): the server does not speak "
+            "TLS there; set WORKBENCH_TLS=0 or enable its client_encryption_options"), None)
+    if not tls and "connection refused" not in text and speaks_tls(*first, min(timeout_s, 3.0)):
+        return chained(WorkbenchError(
+            f"Cassandra at {where} accepts TLS connections only ({text}): set WORKBENCH_TLS=1 and "
+            f"WORKBENCH_TLS_CA_FILE to its CA ({STACK_CA_HINT})"), None)
+    return chained(WorkbenchError(
+        f"cannot reach Cassandra at {where}: {text}; is the stack up? (`workbench stack status`)"), exc)
+
+
+def _read_pem(name: str, path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkbenchError(f"cannot load {name} {path}: {exc}") from exc
+
+
+# ------------------------------------------------------------------------------------ connection
+
+
+def _configure_tls(cluster: Any, settings: Settings, config: CassandraConfig) -> None:
+    """TLS as the plugin does it: verify the server against `ssl_certificate` when given, else only encrypt.
+
+    With use_ssl left unset and settings.tls on: the stack's CA, and the server's address or name
+    checked against its certificate (as `workbench.clients` does).
+    """
+    use_ssl, certificate = tls_of(settings, config)
+    if not use_ssl:
+        return
+    ssl_context(settings, config)  # unreadable or invalid PEM files: the Python loader's messages, naming the file
+    errors = _acsylla().errors
+    flags = _VERIFY_NONE
+    trusted = None
+    if certificate:
+        trusted = _read_pem("ssl_certificate", certificate)
+        flags = _VERIFY_PEER_CERT
+        if config.use_ssl is None:
+            host = endpoints(settings, config)[0][0]
+            try:
+                ipaddress.ip_address(host)
+                flags |= _VERIFY_PEER_IDENTITY
+            except ValueError:
+                flags |= _VERIFY_PEER_IDENTITY_DNS
+                cluster.set_hostname_resolution(True)
+    own_cert = _read_pem("ssl_own_certificate", config.ssl_own_certificate) if config.ssl_own_certificate else None
+    own_key = _read_pem("ssl_own_key", config.ssl_own_key) if config.ssl_own_key else None
+    password = config.ssl_own_key_pass.get_secret_value() if config.ssl_own_key_pass else ""
+    try:
+        cluster.set_ssl(True, own_cert, own_key, password, trusted, flags)
+    except errors.CassErrorSourceSsl as exc:
+        raise WorkbenchError(f"cannot use the TLS files of the Cassandra loader: {one_line(exc)} (ssl_certificate "
+                             f"{certificate}, ssl_own_certificate {config.ssl_own_certificate})") from None
+
+
+async def open_session(settings: Settings, config: CassandraConfig) -> Any:
+    """A connected session, every timeout settings.timeout_s; failures as one line (connect_error)."""
+    acsylla = _acsylla()
+    username, password = config.username, config.password
+    if username is None:
+        username, password = settings.cassandra_username, settings.cassandra_password
+    hosts, port = endpoints(settings, config)
+    cluster = acsylla.create_cluster(
+        hosts, port=port, username=username if username and password else None,
+        password=password.get_secret_value() if username and password else None,
+        connect_timeout=settings.timeout_s, request_timeout=settings.timeout_s, resolve_timeout=settings.timeout_s,
+        protocol_version=PROTOCOL_VERSION, num_threads_io=config.io_threads, core_connections_per_host=1,
+        # A restarted server is found again within a second; reads re-tried meanwhile (RetryPolicy) then succeed.
+        constant_reconnect_delay_ms=500,
+        # Reading rows needs neither the schema of every keyspace nor routing by token: faster connects.
+        use_schema=False, token_aware_routing=False, load_balance_round_robin=True,
+        log_level="disabled", application_name="workbench",
+    )
+    _configure_tls(cluster, settings, config)
+    try:
+        return await cluster.create_session()
+    except acsylla.errors.CassException as exc:
+        use_ssl = tls_of(settings, config)[0]
+        raise connect_error(exc, _where(settings, config), use_ssl, settings.timeout_s, (hosts[0], port)) from None
+
+
+async def prepare(session: Any, layout: Layout, timeout_s: float) -> Any:
+    """The per-sample SELECT; checks the label column's type against label_type (as the Python loader)."""
+    errors = _acsylla().errors
+    try:
+        statement = await session.create_prepared(layout.select(), timeout=timeout_s)
+    except (errors.CassErrorServerInvalidQuery, errors.CassErrorServerSyntaxError,
+            errors.CassErrorServerUnauthorized) as exc:
+        raise WorkbenchError(
+            f"cannot read {layout.name}: {one_line(exc)} (ingested? right table and columns?)") from exc
+    if layout.label_col is not None:
+        query = _acsylla().create_statement(
+            "SELECT column_name, type FROM system_schema.columns WHERE keyspace_name = ? AND table_name = ?",
+            parameters=2, timeout=timeout_s)
+        query.bind_list([layout.keyspace, layout.table])
+        types = {row.as_tuple()[0]: row.as_tuple()[1] for row in await session.execute(query)}
+        found = types.get(layout.label_col)
+        if found != _CQL_LABEL[layout.label_type]:
+            hint = found if found in _CQL_LABEL.values() else "none"
+            raise WorkbenchError(
+                f"column {layout.label_col} of {layout.name} has type {found}, not {_CQL_LABEL[layout.label_type]}: "
+                f"set label_type='{hint}'"
+            )
+    return statement
+
+
+async def list_ids(session: Any, layout: Layout, timeout_s: float) -> list[str]:
+    """Every id of the split, sorted: every rank, worker and driver starts from the same list."""
+    acsylla = _acsylla()
+    assert layout.ids_table is not None
+    text = f'SELECT "{layout.id_col}" FROM {layout.quoted(layout.ids_table)}'
+    ids: list[str] = []
+    state: bytes | None = None
+    try:
+        while True:
+            statement = acsylla.create_statement(text, page_size=ID_FETCH_SIZE, timeout=timeout_s)
+            if state is not None:
+                statement.set_page_state(state)
+            result = await session.execute(statement)
+            ids.extend(str(row.as_tuple()[0]) for row in result)
+            if not result.has_more_pages():
+                break
+            state = result.page_state()
+    except (acsylla.errors.CassErrorServerInvalidQuery, acsylla.errors.CassErrorServerSyntaxError) as exc:
+        raise WorkbenchError(f"cannot list the ids of {layout.ids_table}: {one_line(exc)}") from exc
+    if not ids:
+        raise WorkbenchError(f"{layout.ids_table} holds no ids: nothing to read (ingest the dataset first)")
+    return sorted(ids)
+
+
+class _EventLoop:
+    """An asyncio loop in a daemon thread: coroutines are submitted from other threads and waited on."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+
+    def call(self, coro: Awaitable[T], timeout_s: float) -> T:
+        future = self.submit(coro)
+        try:
+            return future.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no answer from the Cassandra driver within {timeout_s:.0f} s") from None
+
+    def stop(self, timeout_s: float) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout_s)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+class _Failure:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+# ----------------------------------------------------------------------------------------- loader
+
+
+class CassandraNativeLoader(Loader):
+    """This shard's rows through acsylla, `concurrency` reads in flight, `prefetch_buffers` batches ahead."""
+
+    name = "cassandra"
+    backend = "cassandra"
+    chaos_window: ClassVar[dict[str, Any] | None] = {"concurrency": 4, "batch_size": 8, "prefetch_buffers": 1}
+    Config = CassandraConfig
+    config: CassandraConfig
+
+    def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1) -> None:
+        if not isinstance(config, CassandraConfig):
+            config = CassandraConfig(**config.model_dump())
+        _acsylla()  # a missing driver says so before any epoch
+        super().__init__(settings, config, worker_id, num_workers)
+        self._reset()
+
+    @classmethod
+    def raw_ceiling(cls, settings: Settings, config: LoaderConfig) -> tuple[int, int]:
+        return raw_ceiling(settings, config)
+
+    def _reset(self) -> None:
+        """Connection state: nothing until the first epoch (loaders travel to DataLoader workers)."""
+        self._connect_lock = threading.Lock()
+        self._retry_lock = threading.Lock()
+        self._io: _EventLoop | None = None
+        self._session: Any = None
+        self._statement: Any = None
+        self._layout: Layout | None = None
+        self._ids: dict[tuple[str, str], list[str]] = {}
+        self._producers: set[asyncio.Task] = set()
+        self._retry_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        for name in ("_lock", "_connect_lock", "_retry_lock", "_io", "_session", "_statement", "_layout", "_ids",
+                     "_producers", "_retry_pool"):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._reset()
+
+    def producing(self) -> int:
+        """Epoch producers still running on the loop (0 once every epoch has ended or been left)."""
+        return sum(1 for task in list(self._producers) if not task.done())
+
+    # ------------------------------------------------------------------------------- connection
+
+    @property
+    def _safety_s(self) -> float:
+        return 2 * self.settings.timeout_s + 1
+
+    def _connect(self) -> tuple[Layout, _EventLoop]:
+        with self._connect_lock:
+            if self._layout is None:
+                self._layout = resolve_layout(self.settings, self.config)
+            if self._io is None:
+                self._io = _EventLoop(f"{_THREAD}-{self.worker_id}")
+            if self._session is None:
+                self._session = self._io.call(open_session(self.settings, self.config), self._safety_s)
+                self._statement = self._io.call(prepare(self._session, self._layout, self.settings.timeout_s),
+                                                self._safety_s)
+            return self._layout, self._io
+
+    def _connect_retrying(self) -> tuple[Layout, _EventLoop]:
+        return _policy(self.config).call(self._connect, "connecting to Cassandra")
+
+    def all_ids(self) -> list[str]:
+        """source_uuids, or every id of the split (read once per loader)."""
+        if self.config.source_uuids is not None:
+            return list(self.config.source_uuids)
+        layout, io = self._connect_retrying()
+        key = (layout.keyspace, self.config.split)
+        if key not in self._ids:
+            self._ids[key] = _policy(self.config).call(
+                lambda: io.call(list_ids(self._session, layout, self.settings.timeout_s), self._safety_s),
+                f"listing the ids of {layout.ids_table}")
+        return self._ids[key]
+
+    def shard_ids(self, epoch: int) -> list[str]:
+        c = self.config
+        order = epoch_order(self.all_ids(), c.seed, epoch, c.shuffle)
+        return take_shard(order, *effective_shard(c.shard_id, c.num_shards, self.worker_id, self.num_workers))
+
+    # ------------------------------------------------------------------------------------ reads
+
+    def _reader(self, layout: Layout, io: _EventLoop) -> Callable[[str], Awaitable[Item]]:
+        """read(key) on the loop: one prepared SELECT; a transient failure is re-tried with the policy."""
+        session, statement = self._session, self._statement
+        with_label = layout.label_col is not None
+        where = _where(self.settings, self.config)
+        what = f"from {layout.name} at {where}"
+        policy = _policy(self.config)
+
+        def item_of(key: str, result: Any) -> Item:
+            row = result.first()
+            if row is None:
+                raise WorkbenchError(f"sample {key} not found in table {layout.name} (id_col {layout.id_col})")
+            values = row.as_tuple()
+            if values[0] is None:
+                raise WorkbenchError(f"sample {key} in table {layout.name} has no {layout.data_col}")
+            return Item(key, values[1] if with_label else None, values[0])
+
+        def read_again(key: str) -> Item:
+            """One blocking re-read from a retry thread; the driver reconnects its session meanwhile."""
+            if self._io is not io:
+                raise WorkbenchError(f"the Cassandra loader was closed while re-reading sample {key}")
+            return item_of(key, io.call(session.execute(statement.bind([key])), self._safety_s))
+
+        async def read(key: str) -> Item:
+            try:
+                return item_of(key, await session.execute(statement.bind([key])))
+            except WorkbenchError:
+                raise
+            except Exception as exc:
+                if not transient(exc):
+                    raise WorkbenchError(f"reading sample {key} {what} failed: {type(exc).__name__}: "
+                                         f"{one_line(exc)}") from exc
+                first = exc
+            # Backoff sleeps and re-reads in a thread of their own (rare), with the shared RetryPolicy.
+            return await asyncio.get_running_loop().run_in_executor(
+                self._retrier(), lambda: policy.call(lambda: read_again(key), f"reading sample {key} {what}",
+                                                     first_error=first))
+
+        return read
+
+    def _retrier(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._retry_lock:  # not _connect_lock: a connecting thread holds that while it waits on the loop
+            if self._retry_pool is None:
+                self._retry_pool = concurrent.futures.ThreadPoolExecutor(
+                    self.config.concurrency, thread_name_prefix="cassandra-native-retry")
+            return self._retry_pool
+
+    async def _produce(self, keys: list[str], read: Callable[[str], Awaitable[Item]], out: queue.Queue,
+                       slots: asyncio.Semaphore) -> None:
+        """All of `keys` as whole batches into `out`; at most `prefetch_buffers` batches wait there."""
+        c = self.config
+        batch: list[Item] = []
+
+        async def emit(item: Item) -> None:
+            nonlocal batch
+            batch.append(item)
+            if len(batch) >= c.batch_size:
+                full, batch = batch, []
+                await slots.acquire()
+                out.put_nowait(full)
+
+        try:
+            if c.ordered:
+                await _in_order(keys, read, emit, c.concurrency)
+            else:
+                await _as_completed(keys, read, emit, c.concurrency)
+            if batch:
+                await slots.acquire()
+                out.put_nowait(batch)
+            out.put_nowait(_END)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # handed to the consumer
+            out.put_nowait(_Failure(exc))
+
+    def iter_epoch(self, epoch: int) -> Iterator[Item]:
+        keys = self.shard_ids(epoch)
+        if not keys:
+            return
+        layout, io = self._connect_retrying()
+        read = self._reader(layout, io)
+        out: queue.Queue = queue.Queue(maxsize=self.config.prefetch_buffers + 1)  # + the end or a failure
+
+        async def start() -> tuple[asyncio.Task, asyncio.Semaphore]:
+            slots = asyncio.Semaphore(self.config.prefetch_buffers)
+            task = asyncio.get_running_loop().create_task(self._produce(keys, read, out, slots))
+            self._producers.add(task)
+            task.add_done_callback(self._producers.discard)
+            return task, slots
+
+        task, slots = io.call(start(), self._safety_s)
+        try:
+            while True:
+                try:
+                    message = out.get(timeout=0.5)
+                except queue.Empty:
+                    if not io.thread.is_alive() or (task.done() and out.empty()):
+                        raise WorkbenchError("the Cassandra reads ended without delivering (loader closed?)") from None
+                    continue
+                if message is _END:
+                    return
+                if isinstance(message, _Failure):
+                    raise message.exc
+                io.loop.call_soon_threadsafe(slots.release)
+                yield from message
+        finally:
+            self._stop(io, task)
+
+    def _stop(self, io: _EventLoop, task: asyncio.Task) -> None:
+        """Cancel an epoch's producer and its reads, and wait until they are gone."""
+        if task.done() or not io.thread.is_alive():
+            return
+
+        async def cancel() -> None:
+            task.cancel()
+            await asyncio.wait([task])
+
+        with contextlib.suppress(Exception):
+            io.call(cancel(), self._safety_s)
+
+    def close(self) -> None:
+        with self._connect_lock:
+            io, self._io = self._io, None
+            session, self._session, self._statement = self._session, None, None
+            retry_pool, self._retry_pool = self._retry_pool, None
+        if retry_pool is not None:
+            retry_pool.shutdown(wait=False, cancel_futures=True)
+        if io is None:
+            return
+        for task in list(self._producers):
+            self._stop(io, task)
+        if session is not None:
+            with contextlib.suppress(Exception):
+                io.call(session.close(), self._safety_s)
+        io.stop(self._safety_s)
+
+
+async def _in_order(keys: list[str], read: Callable[[str], Awaitable[Item]],
+                    emit: Callable[[Item], Awaitable[None]], depth: int) -> None:
+    """Submission order: a window of `depth` reads, always waiting on the oldest."""
+    loop = asyncio.get_running_loop()
+    window: deque[asyncio.Future[Item]] = deque()
+    try:
+        for key in keys:
+            window.append(loop.create_task(read(key)))  # type: ignore[arg-type]
+            if len(window) >= depth:
+                await emit(await window.popleft())
+        while window:
+            await emit(await window.popleft())
+    finally:
+        for pending in window:
+            pending.cancel()
+        if window:
+            await asyncio.wait(window)
+
+
+async def _as_completed(keys: list[str], read: Callable[[str], Awaitable[Item]],
+                        emit: Callable[[Item], Awaitable[None]], depth: int) -> None:
+    """Completion order (the plugin's out-of-order mode): `depth` readers take the next key as they finish."""
+    loop = asyncio.get_running_loop()
+    queue_of_keys = iter(keys)
+
+    async def reader() -> None:
+        for key in queue_of_keys:  # shared: each key goes to exactly one reader
+            await emit(await read(key))
+
+    workers = [loop.create_task(reader()) for _ in range(min(depth, len(keys)))]
+    try:
+        done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+        for finished in done:
+            if finished.exception() is not None:
+                raise finished.exception()  # type: ignore[misc]
+    finally:
+        for worker in workers:
+            worker.cancel()
+        await asyncio.wait(workers)
+
+
+# ---------------------------------------------------------------------------------------- ceiling
+
+
+def raw_ceiling(settings: Settings, config: LoaderConfig | dict) -> tuple[int, int]:
+    """Every sample of the split through acsylla at `concurrency` in flight, no loader machinery: (samples, bytes)."""
+    if isinstance(config, dict):
+        config = CassandraConfig(**config)
+    elif not isinstance(config, CassandraConfig):
+        config = CassandraConfig(**config.model_dump())
+    layout = resolve_layout(settings, config)
+
+    async def run() -> tuple[int, int]:
+        session = await open_session(settings, config)
+        try:
+            statement = await prepare(session, layout, settings.timeout_s)
+            ids = config.source_uuids or await list_ids(session, layout, settings.timeout_s)
+            samples = nbytes = 0
+            window: deque = deque()
+
+            def count(result: Any) -> None:
+                nonlocal samples, nbytes
+                row = result.first()
+                if row is not None:
+                    samples += 1
+                    nbytes += len(row.as_tuple()[0] or b"")
+
+            for i in ids:
+                if len(window) >= config.concurrency:
+                    count(await window.popleft())
+                window.append(asyncio.ensure_future(session.execute(statement.bind([i]))))
+            while window:
+                count(await window.popleft())
+            return samples, nbytes
+        finally:
+            await session.close()
+
+    return asyncio.run(run())

@@ -343,7 +343,7 @@ class _Failure:
 class CassandraLoader(Loader):
     """This shard's rows, `concurrency` asynchronous reads in flight, `prefetch_buffers` batches ahead."""
 
-    name = "cassandra"
+    name = "cassandra-py"
     backend = "cassandra"
     Config = CassandraConfig
     config: CassandraConfig

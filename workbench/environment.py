@@ -24,12 +24,9 @@ def _cpu_model() -> str:
 
 
 def _gpus() -> list[str]:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+    from workbench.gpu import gpus  # NVML: "<name>, <memory> MiB" per GPU, empty without one
+
+    return gpus()
 
 
 def _git_commit() -> str:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import resource
-import shutil
-import subprocess
 import threading
 import time
 from pathlib import Path
+
+from workbench.gpu import GpuReader
 
 
 def _rss_peak_mb() -> float:
@@ -30,23 +30,18 @@ class ResourceProbe:
         self._gpu: list[float] = []
         self._stop = threading.Event()
         self._sampler = None
-        if shutil.which("nvidia-smi"):
+        self._reader = GpuReader()  # NVML; without a GPU it is empty and no sampler thread starts
+        if self._reader.available:
             self._sampler = threading.Thread(target=self._sample_gpu, daemon=True)
             self._sampler.start()
         return self
 
     def _sample_gpu(self) -> None:
         while not self._stop.wait(0.5):
-            try:
-                out = subprocess.run(
-                    ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-                    capture_output=True,
-                    text=True,
-                    timeout=5,
-                )
-                self._gpu.append(float(out.stdout.split()[0]))
-            except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+            busy = self._reader.utilisation()
+            if busy is None:
                 return
+            self._gpu.append(busy)
 
     def __exit__(self, *exc) -> None:
         self.wall_s = time.perf_counter() - self._start
@@ -64,6 +59,9 @@ class ResourceProbe:
         self.peak_rss_mb = _rss_peak_mb()
         self.children_peak_rss_mb = kids.ru_maxrss / 1024  # lifetime maximum over joined workers
         self._stop.set()
+        if self._sampler is not None:
+            self._sampler.join()
+        self._reader.close()
         self.gpu_util = sum(self._gpu) / len(self._gpu) if self._gpu else float("nan")
 
     @property

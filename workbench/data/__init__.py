@@ -1,5 +1,6 @@
 """Samples, sources, split files and WebDataset shards: the data every backend stores."""
 
+from workbench.data.learnable import DigitsSource, LearnableSyntheticSource
 from workbench.data.sample import (
     NAMESPACE,
     Item,
@@ -49,9 +50,11 @@ __all__ = [
     "META_ENTRIES",
     "NAMESPACE",
     "SUM_ENTRY",
+    "DigitsSource",
     "ImageFolderSource",
     "IndexedSource",
     "Item",
+    "LearnableSyntheticSource",
     "Progress",
     "Sample",
     "ShardInfo",

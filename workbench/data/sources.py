@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -369,10 +369,23 @@ def _bytes_ext(data: bytes) -> str:
 # --------------------------------------------------------------------------------------------
 
 _SPEC_HELP = "use synthetic:N[:kind] or imagefolder:PATH"
+_SPEC_PARSERS: list[tuple[Callable[[str], Source | None], str]] = []
+
+
+def register_spec(parse: Callable[[str], Source | None], forms: str) -> None:
+    """Add source specs from another module of this package (learnable.py) without an import circle.
+
+    `parse(spec)` returns a source, or None when the spec is not one of its `forms` (shown in errors).
+    """
+    _SPEC_PARSERS.append((parse, forms))
 
 
 def parse_source(spec: str) -> Source:
-    """Build a source from a CLI spec: ``synthetic:N``, ``synthetic:N:kind`` or ``imagefolder:PATH``."""
+    """A source from a CLI spec: ``synthetic:N``, ``synthetic:N:kind``, ``imagefolder:PATH`` or a registered form."""
+    for parse, _ in _SPEC_PARSERS:
+        found = parse(spec)
+        if found is not None:
+            return found
     scheme, _, rest = spec.partition(":")
     if scheme == "imagefolder" and rest:
         return ImageFolderSource(Path(rest))
@@ -388,4 +401,5 @@ def parse_source(spec: str) -> Source:
         if kind not in KINDS:
             raise WorkbenchError(f"bad source {spec!r}: kind must be one of {', '.join(KINDS)}")
         return SyntheticSource(count, kind=kind)  # type: ignore[arg-type]
-    raise WorkbenchError(f"unknown source {spec!r}: {_SPEC_HELP}")
+    extra = "".join(f", {forms}" for _, forms in _SPEC_PARSERS)
+    raise WorkbenchError(f"unknown source {spec!r}: {_SPEC_HELP}{extra}")

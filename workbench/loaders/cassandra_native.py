@@ -1,4 +1,6 @@
-"""Cassandra loader on the DataStax C++ driver (`acsylla`): I/O, framing and TLS run outside the GIL.
+"""Cassandra loader on a C++ driver (`acsylla`): I/O, framing and TLS run outside the GIL.
+
+acsylla wraps ScyllaDB's fork of the DataStax C/C++ driver (the driver cassandra-dali-plugin is built on).
 
 The same strategy and parameters as the Python-driver loader (`cassandra-py`, workbench/loaders/cassandra.py,
 whose CassandraConfig, layout and id order it reuses): one prepared single-partition SELECT per sample,
@@ -56,7 +58,7 @@ def _acsylla() -> Any:
     try:
         import acsylla
     except ImportError as exc:
-        raise WorkbenchError("the 'cassandra' loader needs the package acsylla (the DataStax C++ driver): "
+        raise WorkbenchError("the 'cassandra' loader needs the package acsylla (a C++ Cassandra driver): "
                              "pip install acsylla (or use loader 'cassandra-py')") from exc
     return acsylla
 

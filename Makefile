@@ -61,5 +61,7 @@ test: stack-up
 unit: venv
 	$(BIN)/python -m pytest -m "not services and not gpu"
 
+# ruff, and the layers and no-import-circle contracts of pyproject.toml ([tool.importlinter]).
 lint: venv
 	$(BIN)/ruff check workbench tests pipelines
+	$(BIN)/lint-imports

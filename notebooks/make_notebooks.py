@@ -309,7 +309,7 @@ import matplotlib.pyplot as plt
 
 from workbench.backends import make_backend
 from workbench.environment import describe_environment
-from workbench.inference import sweep_inference
+from workbench.bench.inference import sweep_inference
 from workbench.ingest import ingest
 
 concurrencies = [int(c) for c in as_list(concurrencies)]\nbatch_sizes = [int(b) for b in as_list(batch_sizes)]

@@ -6,7 +6,7 @@
 
 Sources:
 
-* ``ignite-dataset``: `workbench.loaders.ignite.IgniteDataset` over the dataset's cache, the API of the
+* ``ignite-dataset``: `workbench.compat.ignite_dataset.IgniteDataset` over the dataset's cache, the API of the
   TensorFlow-on-Ignite article: elements ``{'key', 'val': {'id', 'split', 'label', 'data', ...}}``,
   filtered to ``--split``, reshaped to ``{'data', 'label'}``. One scan per epoch, cache order.
 * any registered loader name (``ignite``, ``cassandra``, ``s3-shards``...): `workbench.adapters.tf.tf_dataset`,
@@ -92,11 +92,11 @@ def elements(source: str, dataset: str, settings, split: str = "train", **config
     tf = tensorflow()
 
     if source == IGNITE_DATASET:
-        from workbench import catalog
-        from workbench.loaders.ignite import IgniteDataset
+        from workbench.backends import locate
+        from workbench.compat.ignite_dataset import IgniteDataset
 
         page_size = int(config.pop("page_size", 100))
-        cache = config.pop("cache_name", None) or catalog.locate(settings, "ignite", dataset).get("cache")
+        cache = config.pop("cache_name", None) or locate(settings, "ignite", dataset).get("cache")
         if not cache:
             raise WorkbenchError(f"no Ignite cache recorded for dataset {dataset}: ingest it into ignite first")
         if config:

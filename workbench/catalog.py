@@ -1,7 +1,8 @@
 """Where each ingested dataset lives (keyspace, bucket/prefix, cache, folder) and what it came from.
 
-`ingest` records it; loaders `locate` a dataset through it, falling back to a backend's default
-layout for data ingested elsewhere (a compose or external stack).
+`ingest` records it; loaders find a dataset through `workbench.backends.locate`, which falls back to
+the backend's default layout for data ingested elsewhere (a compose or external stack). This module
+only reads and writes the entries, so it sits below the backends.
 """
 
 from __future__ import annotations
@@ -26,14 +27,10 @@ def record(settings: Settings, backend: str, dataset: str, entry: dict) -> Path:
     return path
 
 
-def locate(settings: Settings, backend: str, dataset: str) -> dict:
-    """The catalog entry, or the backend's default layout for this dataset name."""
+def entry(settings: Settings, backend: str, dataset: str) -> dict | None:
+    """The recorded entry of `dataset` in `backend`, or None when this catalog has none."""
     path = catalog_path(settings, backend, dataset)
-    if path.exists():
-        return json.loads(path.read_text())
-    from workbench.backends import backend_class
-
-    return backend_class(backend)(settings, dataset).describe()
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def forget(settings: Settings, backend: str, dataset: str) -> None:

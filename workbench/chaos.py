@@ -36,15 +36,6 @@ from workbench.config import Settings
 from workbench.errors import WorkbenchError
 
 FAULTS = ("reset_peer", "timeout", "latency", "bandwidth", "restart")
-RESTARTABLE = {"s3": "minio", "cassandra": "cassandra"}  # proxy -> service; never ignite (in-memory data)
-# Small request windows and a paced consumer: requests are still in flight when the fault strikes.
-WINDOWS: dict[str, dict[str, Any]] = {
-    "cassandra": {"concurrency": 4, "batch_size": 8, "prefetch_buffers": 1},
-    "s3-objects": {"concurrency": 4},
-    "s3-naive": {},
-    "s3-shards": {"parallel_shards": 2, "shuffle_buffer": 0},
-    "ignite": {"concurrency": 2, "get_batch": 8},
-}
 # Enough to outlast a Cassandra restart (~40-60 s): retries keep going while the server is away.
 DEFAULT_RETRY: dict[str, Any] = {"retries": 60, "retry_budget_s": 120.0}
 
@@ -101,14 +92,22 @@ class ChaosReport:
 
 
 def proxy_of(loader: str) -> str:
+    """The toxiproxy path of the loader's backend (its descriptor); a local backend has none to break."""
+    from workbench.backends import backend_class
     from workbench.loaders import loader_class
 
-    backend = loader_class(loader).backend
-    if backend.startswith("s3"):
-        return "s3"
-    if backend in ("cassandra", "ignite"):
-        return backend
-    raise WorkbenchError(f"loader '{loader}' reads backend {backend}, which has no toxiproxy path for chaos")
+    backend = backend_class(loader_class(loader).backend)
+    if backend.proxy is None:
+        raise WorkbenchError(f"loader '{loader}' reads backend {backend.name}, which has no toxiproxy path for chaos")
+    return backend.proxy
+
+
+def restartable_service(loader: str) -> str | None:
+    """The stack service a restart fault may kill for this loader (its backend's descriptor), or None."""
+    from workbench.backends import backend_class
+    from workbench.loaders import loader_class
+
+    return backend_class(loader_class(loader).backend).restartable_service
 
 
 def expected_ids(settings: Settings, loader: str, dataset: str) -> Counter:
@@ -152,17 +151,18 @@ class _Faults:
             self.killed.discard(service)
             self.restarted.append(service)
 
-    def inject(self, kind: str, proxy: str) -> None:
+    def inject(self, kind: str, target: str) -> None:
+        """One fault on `target`: a toxiproxy path, or for "restart" the stack service to kill and restart."""
         if kind == "reset_peer":
-            self._toxic(proxy, "reset_peer", {"timeout": 0}, 0.5)
+            self._toxic(target, "reset_peer", {"timeout": 0}, 0.5)
         elif kind == "timeout":
-            self._toxic(proxy, "timeout", {"timeout": 500}, 1.0)
+            self._toxic(target, "timeout", {"timeout": 500}, 1.0)
         elif kind == "latency":
-            self._toxic(proxy, "latency", {"latency": 300, "jitter": 0}, 1.0)
+            self._toxic(target, "latency", {"latency": 300, "jitter": 0}, 1.0)
         elif kind == "bandwidth":
-            self._toxic(proxy, "bandwidth", {"rate": 50}, 1.0)
+            self._toxic(target, "bandwidth", {"rate": 50}, 1.0)
         elif kind == "restart":
-            self._restart(RESTARTABLE[proxy])
+            self._restart(target)
         else:
             raise WorkbenchError(f"unknown fault '{kind}': choose from {', '.join(FAULTS)}")
 
@@ -191,12 +191,11 @@ def _one_epoch(settings: Settings, name: str, dataset: str, epoch: int, config: 
                faults: _Faults, record: FaultRecord, expected: Counter, pace_s: float) -> None:
     from workbench.loaders import make_loader
 
-    proxy = proxy_of(name)
     fault_error: list[BaseException] = []
 
     def strike() -> None:
         try:
-            faults.inject(record.kind, proxy)
+            faults.inject(record.kind, record.target)
         except BaseException as exc:  # reported with the epoch
             fault_error.append(exc)
 
@@ -265,14 +264,15 @@ def run_chaos(settings: Settings, loaders: list[str], dataset: str, duration_s: 
         while time.monotonic() - start < duration_s:
             name = loaders[epoch % len(loaders)]
             proxy = proxy_of(name)
-            kinds = [k for k in catalogue if k != "restart" or proxy in RESTARTABLE]
+            service = restartable_service(name)
+            kinds = [k for k in catalogue if k != "restart" or service is not None]
             if not kinds:
                 raise WorkbenchError(f"no fault of {', '.join(catalogue)} applies to loader {name}")
             kind = rng.choice(kinds)
             total = sum(expected[name].values())
-            target = RESTARTABLE.get(proxy, proxy) if kind == "restart" else proxy
+            target = service if kind == "restart" and service is not None else proxy
             record = FaultRecord(name, epoch, kind, target, rng.randint(1, max(1, total // 2)))
-            config = {**WINDOWS.get(name, {}), **DEFAULT_RETRY, **(loader_config or {})}
+            config = {**(loader_class(name).chaos_window or {}), **DEFAULT_RETRY, **(loader_config or {})}
             config = {k: v for k, v in config.items() if k in loader_class(name).Config.model_fields}
             _one_epoch(settings, name, dataset, epoch, config, injector, record, expected[name], pace_s)
             report.faults.append(record)

@@ -12,9 +12,9 @@ from rich.console import Console
 from rich.table import Table
 
 from workbench.chaos import chaos_command
+from workbench.cli_inference import inference_app
 from workbench.config import Settings, ensure_credentials, get_settings
 from workbench.errors import WorkbenchError
-from workbench.inference import inference_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 stack_app = typer.Typer(no_args_is_help=True, help="Run the real servers: Cassandra, MinIO, Ignite, Triton, toxiproxy.")
@@ -249,8 +249,9 @@ def bench_loaders_command(
 ) -> None:
     """Every loader vs its backend's native ceiling (a compiled client), at each round-trip time."""
     from workbench.bench.loaders import bench_loaders
+    from workbench.loaders import LOADERS, loader_class
 
-    names = loader or [n for n in ("cassandra", "s3-shards", "s3-objects", "s3-naive", "ignite", "fs")]
+    names = loader or [n for n in LOADERS if loader_class(n).benchmarked_by_default]
     rows = bench_loaders(get_settings(), names, count, mean_kb, concurrency, rtt_ms or [0.0, 50.0], repeats,
                          results_dir)
     table = Table("loader", "backend", "RTT ms", "samples/s", "min", "max", "MB/s", "/ ceiling", "/ own 0 ms",

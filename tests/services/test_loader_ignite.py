@@ -15,13 +15,15 @@ from torch.utils.data import DataLoader
 
 from workbench.adapters.torch import LoaderDataset, collate_raw, worker_context
 from workbench.backends.registry import make_backend
+from workbench.checkpoints.ignite import IgniteCheckpoint
 from workbench.clients import ignite_client
+from workbench.compat.ignite_dataset import IgniteDataset, dataset_source
+from workbench.compat.ignite_torch import IgniteTorchDataset
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
 from workbench.loaders import make_loader
-from workbench.loaders.checkpoint_ignite import IgniteCheckpoint
-from workbench.loaders.ignite import IgniteDataset, IgniteLoader, IgniteTorchDataset, dataset_source, raw_ceiling
+from workbench.loaders.ignite import IgniteLoader, raw_ceiling
 from workbench.net.toxiproxy import Toxiproxy
 
 pytestmark = pytest.mark.services
@@ -505,7 +507,7 @@ def test_loader_pickles_and_connects_lazily(stack, data):
 
 
 def test_ssl_and_credentials_reach_the_client():
-    from workbench.loaders.ignite import Endpoint
+    from workbench.clients.ignite import Endpoint
 
     kwargs = Endpoint("h", 1, 3.0, "user", "pw", "client.pem", "client.key", "secret").client_kwargs()
     assert kwargs == {"timeout": 3.0, "handshake_timeout": 3.0, "username": "user", "password": "pw",

@@ -16,18 +16,14 @@ from torch.utils.data import DataLoader
 
 from workbench.adapters.torch import LoaderDataset, collate_raw, worker_context
 from workbench.backends.registry import make_backend
+from workbench.checkpoints.s3 import S3Checkpoint
+from workbench.compat.cortx import RemoteDataset, make_client
+from workbench.compat.oss_connector import ObjectIterableDataset, ObjectMapDataset, default_manifest_parser
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
 from workbench.loaders import make_loader
-from workbench.loaders.checkpoint_s3 import S3Checkpoint
-from workbench.loaders.s3_objects import (
-    ObjectIterableDataset,
-    ObjectMapDataset,
-    default_manifest_parser,
-)
 from workbench.loaders.s3_objects import raw_ceiling as objects_ceiling
-from workbench.loaders.s3_shards import RemoteDataset, make_client
 from workbench.loaders.s3_shards import raw_ceiling as shards_ceiling
 from workbench.net.toxiproxy import Toxiproxy
 from workbench.storage import s3_client

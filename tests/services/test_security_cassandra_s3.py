@@ -40,6 +40,7 @@ PORTS = {
     "proxy_triton_http_port": 19281, "proxy_triton_grpc_port": 19282,
 }
 MARKER_KEYSPACE = "made_before_auth"
+CASSANDRA_LOADERS = ["cassandra", "cassandra-py"]  # C++ driver (acsylla) and Python driver
 QUICK_S = 5.0  # a bad input must fail well within this (timeouts are 3 s here)
 PEER_CA_VARIABLES = ("CURL_CA_BUNDLE", "AWS_CA_BUNDLE", "SSL_CERT_FILE")
 
@@ -194,14 +195,16 @@ def test_no_secret_in_any_file_of_the_private_stack_but_the_private_yaml(secure,
 # ------------------------------------------------------------------------------------- loaders
 
 
+@pytest.mark.parametrize("loader", CASSANDRA_LOADERS)
 @pytest.mark.parametrize("via_proxy", [False, True])
-def test_cassandra_loader_reads_the_split_over_tls_and_auth(secure, ingested, expected, via_proxy):
-    _exactly(_epoch(secure, "cassandra", ingested, via_proxy=via_proxy, concurrency=8, batch_size=7), expected)
+def test_cassandra_loader_reads_the_split_over_tls_and_auth(secure, ingested, expected, via_proxy, loader):
+    _exactly(_epoch(secure, loader, ingested, via_proxy=via_proxy, concurrency=8, batch_size=7), expected)
 
 
-def test_cassandra_loader_takes_the_plugins_auth_and_tls_parameters(secure, ingested, expected):
+@pytest.mark.parametrize("loader", CASSANDRA_LOADERS)
+def test_cassandra_loader_takes_the_plugins_auth_and_tls_parameters(secure, ingested, expected, loader):
     ca = str(secure.ca_file())
-    items = _epoch(secure, "cassandra", ingested, username=secure.cassandra_username,
+    items = _epoch(secure, loader, ingested, username=secure.cassandra_username,
                    password=secure.cassandra_password.get_secret_value(), use_ssl=True, ssl_certificate=ca)
     _exactly(items, expected)
 
@@ -222,8 +225,8 @@ def test_object_datasets_and_checkpoints_work_over_tls(secure, ingested):
 
     import torch
 
-    from workbench.loaders.checkpoint_s3 import S3Checkpoint
-    from workbench.loaders.s3_objects import ObjectMapDataset
+    from workbench.checkpoints.s3 import S3Checkpoint
+    from workbench.compat.oss_connector import ObjectMapDataset
 
     bucket = make_backend("s3-objects", secure, ingested).store.bucket
     dataset = ObjectMapDataset.from_prefix(f"s3://{bucket}/", secure, key_filter=lambda k: k.endswith(".jpg"))
@@ -242,7 +245,9 @@ def test_a_wrong_cassandra_password_is_one_clear_permanent_error(secure, ingeste
     wrong = secure.model_copy(update={"cassandra_password": SecretStr("not-the-password")})
     error = _fails_quickly(lambda: _cql_version(wrong), r"127\.0\.0\.1:9242 refused the login.*PASSWORD")
     assert not is_transient(error)
-    _fails_quickly(lambda: _epoch(wrong, "cassandra", ingested), r"127\.0\.0\.1:9242 refused the login")
+    for loader in CASSANDRA_LOADERS:
+        _fails_quickly(lambda loader=loader: _epoch(wrong, loader, ingested),
+                       r"127\.0\.0\.1:9242 refused the login.*PASSWORD")
 
 
 @pytest.mark.parametrize("via_proxy", [False, True])
@@ -254,8 +259,9 @@ def test_a_plain_client_against_tls_only_cassandra_says_to_turn_tls_on(secure, v
     assert not is_transient(error)
 
 
-def test_a_plain_loader_against_tls_only_cassandra_says_to_turn_tls_on(secure, ingested):
-    _fails_quickly(lambda: _epoch(secure, "cassandra", ingested, use_ssl=False),
+@pytest.mark.parametrize("loader", CASSANDRA_LOADERS)
+def test_a_plain_loader_against_tls_only_cassandra_says_to_turn_tls_on(secure, ingested, loader):
+    _fails_quickly(lambda: _epoch(secure, loader, ingested, use_ssl=False),
                    r"127\.0\.0\.1:9242 accepts TLS connections only")
 
 
@@ -266,8 +272,9 @@ def test_a_tls_client_against_a_plain_server_says_it_does_not_speak_tls(secure, 
                    rf"TLS handshake with Cassandra at 127\.0\.0\.1:{plain_port} failed .*does not speak TLS")
     _fails_quickly(lambda: _buckets(secure.model_copy(update=not_tls)),
                    rf"TLS handshake with S3 at https://127\.0\.0\.1:{plain_port} failed .*does not speak TLS")
-    _fails_quickly(lambda: _epoch(secure, "cassandra", ingested, cassandra_port=plain_port),
-                   rf"127\.0\.0\.1:{plain_port} failed .*does not speak TLS")
+    for loader in CASSANDRA_LOADERS:
+        _fails_quickly(lambda loader=loader: _epoch(secure, loader, ingested, cassandra_port=plain_port),
+                       rf"127\.0\.0\.1:{plain_port} failed .*does not speak TLS")
 
 
 @pytest.mark.parametrize("via_proxy", [False, True])
@@ -283,7 +290,8 @@ def test_an_untrusted_ca_is_named_for_cassandra_s3_and_the_loaders(untrusted, in
     _fails_quickly(lambda: _cql_version(untrusted),
                    r"cannot verify the TLS certificate of Cassandra at 127\.0\.0\.1:9242")
     _fails_quickly(lambda: _buckets(untrusted), r"cannot verify the TLS certificate of S3 at https://127\.0\.0\.1:9200")
-    _fails_quickly(lambda: _epoch(untrusted, "cassandra", ingested), "cannot verify the TLS certificate")
+    for loader in CASSANDRA_LOADERS:
+        _fails_quickly(lambda loader=loader: _epoch(untrusted, loader, ingested), "cannot verify the TLS certificate")
     _fails_quickly(lambda: _epoch(untrusted, "s3-objects", ingested), "cannot verify the TLS certificate")
 
 
@@ -291,3 +299,6 @@ def test_an_unreachable_port_names_host_and_port(secure, ingested):
     closed = secure.model_copy(update={"cassandra_port": 1, "s3_port": 1})
     _fails_quickly(lambda: _cql_version(closed), r"cannot reach Cassandra at 127\.0\.0\.1:1\b")
     _fails_quickly(lambda: _epoch(closed, "s3-objects", ingested, retries=0), r"127\.0\.0\.1:1\b")
+    for loader in CASSANDRA_LOADERS:
+        _fails_quickly(lambda loader=loader: _epoch(closed, loader, ingested, retries=0),
+                       r"cannot reach Cassandra at 127\.0\.0\.1:1\b")

@@ -18,15 +18,15 @@ import pytest
 from pydantic import SecretStr
 
 from workbench.backends.registry import make_backend
+from workbench.checkpoints.ignite import IgniteCheckpoint
 from workbench.clients import ignite_client, triton_client
+from workbench.compat.ignite_dataset import dataset_source
 from workbench.config import Settings
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
-from workbench.inference import InferenceError, infer, pack_uuids
 from workbench.ingest import ingest
 from workbench.loaders import make_loader
-from workbench.loaders.checkpoint_ignite import IgniteCheckpoint
-from workbench.loaders.ignite import dataset_source
+from workbench.serving import InferenceError, infer, pack_uuids
 from workbench.stack import down, status, up
 from workbench.stack.ignite import Ignite, retire_default_login
 from workbench.stack.tls import ensure_certificates
@@ -197,7 +197,7 @@ def test_unreachable_ignite_fails_fast(secure):
 
 
 def _echo(settings: Settings, via_proxy: bool = False) -> list[bytes]:
-    """The echo model over gRPC, through workbench.inference (its client set-up and error messages)."""
+    """The echo model over gRPC, through workbench.serving (its client set-up and error messages)."""
     blobs = np.array([[b"hello"], [b"\x00\x01binary"]], dtype=np.object_)
     return infer(settings, "echo", {"INPUT": blobs}, "grpc", via_proxy=via_proxy)["OUTPUT"].ravel().tolist()
 

@@ -17,18 +17,18 @@ from pydantic import SecretStr
 
 from workbench import catalog
 from workbench.backends.registry import make_backend
+from workbench.bench.inference import sweep_inference
 from workbench.clients import cassandra_session, triton_client
 from workbench.data import SyntheticSource
-from workbench.inference import (
+from workbench.ingest import ingest
+from workbench.serving import (
     InferenceError,
     classify_images,
     classify_uuids,
     infer,
     pack_images,
     pack_uuids,
-    sweep_inference,
 )
-from workbench.ingest import ingest
 
 pytestmark = pytest.mark.services
 

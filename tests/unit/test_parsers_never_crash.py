@@ -49,8 +49,8 @@ from workbench.errors import WorkbenchError
 from workbench.loaders.ignite import sample_item
 from workbench.loaders.s3_objects import default_manifest_parser
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FEW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 DEEP_JSON = b"[" * 100_000  # json.loads raises RecursionError, which is not a ValueError
 HUGE_INT = b"1" * 5000  # json.loads raises a plain ValueError past 4300 digits, not a JSONDecodeError
@@ -247,6 +247,7 @@ def _load_sweep(data: bytes) -> SweepConfig | None:
 @example(data=b"{1: 2}")
 @example(data=b"\xff\xfe")
 @example(data=b"[" * 5000)
+@example(data=b'name: x\nloaders: ["fs\\n\\nx"]\n')  # atheris: a loader name with newlines, echoed over 3 lines
 def test_sweep_config_files(data):
     _load_sweep(data)
 

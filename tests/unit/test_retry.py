@@ -8,7 +8,7 @@ import random
 import pytest
 
 from workbench.errors import WorkbenchError
-from workbench.loaders.retry import RetryPolicy, is_transient, policy_of
+from workbench.loaders.retry import RetryConfig, RetryPolicy, is_transient, policy_of
 
 
 class FakeClock:
@@ -135,11 +135,7 @@ def test_backoff_grows_and_is_bounded():
 
 
 def test_policy_of_loader_config():
-    class C:
-        retries = 2
-        retry_budget_s = 3.0
-
-    p = policy_of(C())
+    p = policy_of(RetryConfig(retries=2, retry_budget_s=3.0))
     assert p.attempts == 3 and p.budget_s == 3.0
     with pytest.raises(ValueError):
         RetryPolicy(attempts=0)

@@ -11,7 +11,7 @@ import re
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,8 +38,27 @@ def storage_name(dataset: str) -> str:
 
 
 class Backend(ABC):
+    """A storage layout of one system, and every fact the rest of the workbench needs about it.
+
+    The descriptor (class attributes) is the one place bench, sweep, chaos, report and CLI learn what a
+    backend is: they ask the registry, never spell a backend's name.
+    """
+
     name: ClassVar[str]
     Options: ClassVar[type[LayoutOptions]] = LayoutOptions
+    # The toxiproxy path (a name in config.PROXIED) its clients take to reach the server when `via_proxy`;
+    # None: read locally, with no network in between (round-trip time and bandwidth do not apply).
+    proxy: ClassVar[str | None] = None
+    # Samples are packed into shards: the sweep's shard-size axis (maxcount, maxsize) applies.
+    sharded: ClassVar[bool] = False
+    # Layout options for benchmarks (e.g. enough shards for every reader), merged under the caller's.
+    bench_layout: ClassVar[dict[str, Any]] = {}
+    # The stack service a chaos soak may kill and restart without losing this backend's data (None: never).
+    restartable_service: ClassVar[str | None] = None
+
+    @classmethod
+    def is_local(cls) -> bool:
+        return cls.proxy is None
 
     def __init__(self, settings: Settings, dataset: str, options: LayoutOptions | None = None) -> None:
         self.settings = settings

@@ -63,6 +63,8 @@ def _q(identifier: str) -> str:
 
 class CassandraBackend(Backend):
     name = "cassandra"
+    proxy = "cassandra"
+    restartable_service = "cassandra"
     Options = CassandraOptions
     options: CassandraOptions
 

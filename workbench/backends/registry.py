@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
+from workbench import catalog
 from workbench.backends.base import Backend, LayoutOptions
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
@@ -25,6 +26,12 @@ def backend_class(name: str) -> type[Backend]:
         raise WorkbenchError(f"unknown backend '{name}': choose from {', '.join(BACKENDS)}")
     module, attr = BACKENDS[name].split(":")
     return getattr(import_module(module), attr)
+
+
+def locate(settings: Settings, backend: str, dataset: str) -> dict:
+    """Where `dataset` lives in `backend`: the catalog's entry, else the backend's default layout for the name."""
+    recorded = catalog.entry(settings, backend, dataset)
+    return recorded if recorded is not None else backend_class(backend)(settings, dataset).describe()
 
 
 def make_backend(name: str, settings: Settings, dataset: str, **options) -> Backend:

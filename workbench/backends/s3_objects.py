@@ -37,6 +37,8 @@ class S3Options(LayoutOptions):
 
 class S3ObjectsBackend(Backend):
     name = "s3-objects"
+    proxy = "s3"
+    restartable_service = "minio"
     Options = S3Options
     options: S3Options
 

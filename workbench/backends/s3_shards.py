@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Iterator
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -37,6 +38,11 @@ class S3ShardsOptions(S3Options):
 
 class S3ShardsBackend(Backend):
     name = "s3-shards"
+    proxy = "s3"
+    restartable_service = "minio"
+    sharded = True
+    # ~10 shards per 1000 samples: enough to split across ranks and workers.
+    bench_layout: ClassVar[dict[str, Any]] = {"maxcount": 100}
     Options = S3ShardsOptions
     options: S3ShardsOptions
 

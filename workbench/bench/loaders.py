@@ -12,23 +12,19 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from importlib import import_module
 from pathlib import Path
 
 from tqdm import tqdm
 
-from workbench.backends import make_backend
+from workbench.backends import backend_class, make_backend
 from workbench.bench.ingest import generate
 from workbench.bench.native_ceilings import cpu_columns, native_ceiling_run, program_name
 from workbench.config import PROXIED, Settings
 from workbench.environment import describe_environment
 from workbench.ingest import ingest
-from workbench.loaders import LOADERS, loader_class, make_loader
+from workbench.loaders import loader_class, make_loader
 from workbench.net.toxiproxy import Toxiproxy
 from workbench.results import check_writable, write_results
-
-PROXY_OF_BACKEND = {"cassandra": "cassandra", "s3-objects": "s3", "s3-shards": "s3", "ignite": "ignite", "fs": None}
-LAYOUT = {"s3-shards": {"maxcount": 100}, "fs": {}}  # ~10 shards per 1000 samples: enough to split
 
 
 def timed(run: Callable[[], tuple[int, int]], cpu: list[float] | None = None) -> tuple[float, int, int]:
@@ -58,9 +54,10 @@ def epoch_of(name: str, settings: Settings, config: dict, max_seconds: float) ->
 
 
 def ceiling_of(backend: str, settings: Settings, config: dict) -> Callable[[], tuple[int, int]]:
-    module = import_module(LOADERS[backend].split(":")[0])
-    validated = loader_class(backend).Config(**config)
-    return lambda: module.raw_ceiling(settings, validated)
+    """The Python reference ceiling of `backend`: its namesake loader's plainest client loop."""
+    cls = loader_class(backend)
+    validated = cls.Config(**config)
+    return lambda: cls.raw_ceiling(settings, validated)
 
 
 def prepare_data(settings: Settings, backends: list[str], count: int, mean_kb: float) -> str:
@@ -68,7 +65,7 @@ def prepare_data(settings: Settings, backends: list[str], count: int, mean_kb: f
     dataset = f"bench_loaders_{count}_{int(mean_kb)}kb"
     data = None
     for backend in backends:
-        target = make_backend(backend, settings, dataset, **LAYOUT.get(backend, {}))
+        target = make_backend(backend, settings, dataset, **backend_class(backend).bench_layout)
         target.prepare(["train"])
         if len(target.stored_ids()) >= count:
             continue
@@ -82,8 +79,7 @@ def prepare_data(settings: Settings, backends: list[str], count: int, mean_kb: f
 def prepare_peer_layouts(settings: Settings, loaders: list[str], dataset: str, count: int, mean_kb: float) -> None:
     """Peers that keep a layout of their own (e.g. MDS shards) write it from the same samples."""
     for cls in {loader_class(name) for name in loaders}:
-        if hasattr(cls, "prepare_dataset"):
-            cls.prepare_dataset(settings, dataset, generate(count, mean_kb))
+        cls.prepare_dataset(settings, dataset, generate(count, mean_kb))
 
 
 def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: float, concurrency: int,
@@ -101,16 +97,16 @@ def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: f
         for rtt, backend, name in tqdm(points, desc="bench loaders", unit="point"):
             for proxy in PROXIED:
                 toxiproxy.set_network(proxy, rtt_ms=rtt)
-            proxied = PROXY_OF_BACKEND[backend] is not None
-            config = {"dataset": dataset, "concurrency": concurrency, "via_proxy": proxied}
+            proxy = backend_class(backend).proxy
+            config = {"dataset": dataset, "concurrency": concurrency, "via_proxy": proxy is not None}
             cpu: list[float] = []
             if name.startswith("ceiling:"):
                 results = [native_ceiling_run(settings, backend, config, cpu) for _ in range(repeats)]
             else:
                 run = epoch_of(name, settings, config, max_seconds)
                 results = [timed(run, cpu) for _ in range(repeats)]
-            if PROXY_OF_BACKEND[backend]:
-                toxiproxy.check_network(PROXY_OF_BACKEND[backend], rtt_ms=rtt)
+            if proxy is not None:
+                toxiproxy.check_network(proxy, rtt_ms=rtt)
             rates = [s / t for t, s, _ in results]
             mbps = [b / 1e6 / t for t, _, b in results]
             rows.append({

@@ -15,10 +15,10 @@ from typing import Any
 
 from tqdm import tqdm
 
-from workbench.backends import make_backend
+from workbench.backends import backend_class, make_backend
 from workbench.bench.metrics import ComputeModel, EpochTrace, percentile
 from workbench.bench.probes import ResourceProbe
-from workbench.bench.sweep_config import SHARDED_BACKENDS, SweepConfig
+from workbench.bench.sweep_config import SweepConfig
 from workbench.config import PROXIED, Settings
 from workbench.data import SyntheticSource
 from workbench.environment import describe_environment
@@ -26,8 +26,6 @@ from workbench.ingest import ingest
 from workbench.loaders import loader_class, make_loader
 from workbench.net.toxiproxy import Toxiproxy
 from workbench.results import PROGRESS_FILE, check_writable, write_atomically
-
-PROXY_OF_BACKEND = {"cassandra": "cassandra", "s3-objects": "s3", "s3-shards": "s3", "ignite": "ignite", "fs": None}
 
 
 def dataset_name(cfg: SweepConfig, point: dict) -> str:
@@ -47,11 +45,10 @@ def prepare_datasets(settings: Settings, cfg: SweepConfig, points: list[dict]) -
     for point in points:
         cls = loader_class(point["loader"])
         layout = {}
-        if cls.backend in SHARDED_BACKENDS:
+        if backend_class(cls.backend).sharded:
             layout = {"maxcount": point["shard_maxcount"], "maxsize": point["shard_maxsize"]}
         layouts[(cls.backend, dataset_name(cfg, point))] = layout
-        if hasattr(cls, "prepare_dataset"):
-            hooks.add((cls, dataset_name(cfg, point)))
+        hooks.add((cls, dataset_name(cfg, point)))
     for (backend, dataset), layout in layouts.items():
         ingest(source, make_backend(backend, settings, dataset, **layout), check_images=False)
     for cls, dataset in hooks:
@@ -132,7 +129,7 @@ def run_point(settings: Settings, cfg: SweepConfig, point: dict, repetition: int
         "prefetch_buffers": point["prefetch_buffers"],
         "batch_size": point["batch_size"],
         "seed": repetition,
-        "via_proxy": PROXY_OF_BACKEND.get(cls.backend) is not None,
+        "via_proxy": backend_class(cls.backend).proxy is not None,
     }
     compute = ComputeModel(point["compute_ms"], cfg.compute.distribution, cfg.compute.stddev_fraction, repetition)
     if cfg.warmup_batches:  # warms the servers' caches and JITs; thrown away, never measured
@@ -214,8 +211,8 @@ def run_sweep(
             try:
                 set_network(toxiproxy, point, cfg.network.jitter_ms)
                 measured = run_point(settings, cfg, point, rep)
-                if PROXY_OF_BACKEND.get(backend):
-                    toxiproxy.check_network(PROXY_OF_BACKEND[backend], point["rtt_ms"], cfg.network.jitter_ms,
+                if (proxy := backend_class(backend).proxy) is not None:
+                    toxiproxy.check_network(proxy, point["rtt_ms"], cfg.network.jitter_ms,
                                             point["bandwidth_mbps"] * 1000)
                 row.update(measured, status="ok", error="")
             except Exception as exc:  # a failing point is recorded and the sweep goes on

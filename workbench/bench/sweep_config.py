@@ -96,12 +96,13 @@ class SweepConfig(Strict):
 
     def points(self) -> list[dict[str, Any]]:
         """The grid, one dict per point; layout knobs vary only for shard-based loaders."""
+        from workbench.backends import backend_class
         from workbench.loaders import loader_class
 
         points = []
         shard_layouts = list(itertools.product(self.layout.shard_maxcount, self.layout.shard_maxsize))
         for name in self.loaders:
-            layouts = shard_layouts if loader_class(name).backend in SHARDED_BACKENDS else [(None, None)]
+            layouts = shard_layouts if backend_class(loader_class(name).backend).sharded else [(None, None)]
             for rtt, bw, (maxcount, maxsize), conc, prefetch, batch, workers, decode, compute in itertools.product(
                 self.network.rtt_ms,
                 self.network.bandwidth_mbps,
@@ -129,9 +130,6 @@ class SweepConfig(Strict):
                     }
                 )
         return points
-
-
-SHARDED_BACKENDS = {"s3-shards"}
 
 
 def load_sweep_config(source: Path | str | dict) -> SweepConfig:
@@ -162,7 +160,8 @@ def load_sweep_config(source: Path | str | dict) -> SweepConfig:
                 problems.append(f"unknown parameter '{loc}' (valid: {', '.join(section.model_fields)})")
             else:
                 problems.append(f"'{loc}': {err['msg']}" if loc else err["msg"].removeprefix("Value error, "))
-        raise WorkbenchError(f"{where}: " + "; ".join(problems)) from None
+        message = f"{where}: " + "; ".join(problems)  # names come from the file: their newlines stay escaped
+        raise WorkbenchError(message.replace("\r", "\\r").replace("\n", "\\n")) from None
 
 
 def _section(loc: tuple) -> type[BaseModel]:

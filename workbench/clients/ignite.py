@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import ssl
+import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from typing import TYPE_CHECKING, Any
 
 from workbench.clients.tls import speaks_tls
-from workbench.config import Settings
+from workbench.config import DEFAULT_CREDENTIALS, Settings
 from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
+    from pyignite import Client
     from pyignite import Client as IgniteClient
+
+_PARTS = re.compile(r"parts=(\d+)")  # the partition count in SYS.CACHES.AFFINITY
 
 
 # pyignite logs a full traceback for every refused connection while a node starts; we raise our own error.
@@ -151,3 +158,162 @@ def _ignite_connect_error(where: str, options: dict[str, object], failure: str) 
                 "is the stack up? (`workbench stack status`)"), False
     return (f"cannot reach Ignite at {where}: {kind}: {reason}; is the stack up? (`workbench stack status`)",
             False)
+
+
+# ------------------------------------------------------- endpoints, per-thread clients, caches and partitions
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and how to connect (picklable; each connection is opened by the thread that uses it).
+
+    TLS is on with `tls` (the server verified against `ca_file`) or with a client certificate
+    (`certfile`, `keyfile`, `cert_password`: IgniteDataset's parameters). Secrets stay out of repr().
+    """
+
+    host: str
+    port: int
+    timeout_s: float = 10.0
+    username: str | None = None
+    password: str | None = dataclass_field(default=None, repr=False)
+    certfile: str | None = None
+    keyfile: str | None = None
+    cert_password: str | None = dataclass_field(default=None, repr=False)
+    tls: bool = False
+    ca_file: str | None = None
+    dev_mode: bool = False
+
+    @property
+    def where(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """pyignite ``Client`` arguments: timeouts always, credentials and SSL when given."""
+        kwargs: dict[str, Any] = {"timeout": self.timeout_s, "handshake_timeout": self.timeout_s}
+        if self.username:
+            kwargs["username"] = self.username
+            kwargs["password"] = self.password or ""
+        if self.tls or self.certfile or self.keyfile:
+            kwargs.update(ignite_tls_options(self.ca_file, self.certfile, self.keyfile, self.cert_password))
+        return kwargs
+
+    def connect(self) -> Client:
+        """A connected client, or a WorkbenchError naming host:port (bounded by the timeouts)."""
+        if not self.dev_mode and (self.username, self.password) == DEFAULT_CREDENTIALS["ignite"]:
+            raise WorkbenchError(
+                f"Ignite at {self.where}: refusing the well-known default login '{self.username}': use the generated "
+                "one (`workbench init`), or set WORKBENCH_DEV_MODE=1 on a private machine"
+            )
+        return connect_ignite(self.host, self.port, self.client_kwargs())
+
+
+def settings_endpoint(settings: Settings, via_proxy: bool = False, **overrides: Any) -> Endpoint:
+    """The endpoint of the workbench's Ignite (through toxiproxy with `via_proxy`): login and TLS from settings."""
+    settings.check_credentials()
+    password = settings.ignite_password.get_secret_value() if settings.ignite_password else None
+    values: dict[str, Any] = {"host": settings.host, "port": settings.port("ignite", via_proxy),
+                              "timeout_s": settings.timeout_s, "username": settings.ignite_username,
+                              "password": password, "tls": settings.tls, "dev_mode": settings.dev_mode,
+                              "ca_file": ca_file_of(settings)}
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return Endpoint(**values)
+
+
+def ca_file_of(settings: Settings) -> str | None:
+    """The CA that verifies the server: the stack's with settings.tls, else WORKBENCH_TLS_CA_FILE if set (used
+    when a client certificate turns TLS on; without either, as TF's IgniteDataset, the server is not verified)."""
+    if settings.tls:
+        return str(settings.ca_file())
+    return str(settings.tls_ca_file) if settings.tls_ca_file else None
+
+
+class ThreadClients:
+    """One client per thread (pyignite clients are not thread-safe), all closed together."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.clients: list[Client] = []
+
+    def get(self) -> Client:
+        client = getattr(self.local, "client", None)
+        if client is None:
+            client = self.endpoint.connect()
+            self.local.client = client
+            with self.lock:
+                self.clients.append(client)
+        return client
+
+    def discard(self) -> None:
+        """Forget this thread's client after a failure, so the next call reconnects."""
+        client = getattr(self.local, "client", None)
+        if client is not None:
+            self.local.client = None
+            with self.lock:
+                if client in self.clients:
+                    self.clients.remove(client)
+            close_quietly(client)
+
+    def close(self) -> None:
+        with self.lock:
+            clients, self.clients = self.clients, []
+        for client in clients:
+            close_quietly(client)
+
+
+def close_quietly(client: Client) -> None:
+    with contextlib.suppress(Exception):  # closing a broken connection must not hide the real error
+        client.close()
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def ignite_errors() -> tuple[type[BaseException], ...]:
+    """What pyignite raises for server-side failures, lost connections and protocol trouble."""
+    from pyignite.exceptions import CacheError, ParameterError, ParseError, ReconnectError, connection_errors
+
+    return (CacheError, ParameterError, ParseError, ReconnectError, *connection_errors)
+
+
+def require_cache(client: Client, cache_name: str, where: str, hint: str = "") -> None:
+    names = client.get_cache_names()
+    if cache_name not in names:
+        known = ", ".join(sorted(n for n in names if not n.startswith("ignite-sys")))[:300] or "none"
+        raise WorkbenchError(
+            f"Ignite cache {cache_name} does not exist at {where} (caches: {known})"
+            + (f": {hint}" if hint else "")
+        )
+
+
+def partition_count(client: Client, cache_name: str, fallback: int | None = None) -> int:
+    """Partitions of a cache: the affinity mapping (what partition awareness uses), else SYS.CACHES."""
+    from pyignite.api.affinity import cache_get_node_partitions
+    from pyignite.utils import cache_id
+
+    cid = cache_id(cache_name)
+    try:
+        result = cache_get_node_partitions(client.random_node, cid)
+        if result.status == 0:
+            mapping = result.value["partition_mapping"].get(cid) or {}
+            if mapping.get("number_of_partitions"):
+                return int(mapping["number_of_partitions"])
+    except ignite_errors():
+        pass
+    try:
+        with client.sql("SELECT AFFINITY FROM SYS.CACHES WHERE CACHE_NAME = ?", query_args=[cache_name]) as cur:
+            rows = list(cur)
+        if rows and (m := _PARTS.search(str(rows[0][0]))):
+            return int(m.group(1))
+    except ignite_errors():
+        pass
+    if fallback:
+        return fallback
+    raise WorkbenchError(f"cannot learn the partition count of Ignite cache {cache_name}")
+
+
+def scan_cursor(client: Client, cache_name: str, page_size: int, partition: int, local: bool):
+    return client.get_cache(cache_name).scan(page_size=page_size, partitions=partition, local=local)

@@ -314,6 +314,7 @@ def sample_item(entries: dict[str, Any], label_type: str) -> Item:
     if raw_id is None:
         raise WorkbenchError(f"{where} has no '{ID_ENTRY}' entry: not a workbench shard (ingest with workbench)")
     key = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+    where = f"sample {key} in {entries.get('__url__', 'a shard')}"
     image_ext = next((k for k in entries if not k.startswith("__")), None)
     if image_ext is None or image_ext in META_ENTRIES:
         raise WorkbenchError(f"{where} has no image entry")

@@ -10,12 +10,13 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workbench.config import Settings
 from workbench.data import Item
+from workbench.errors import WorkbenchError
 
 
 class LoaderConfig(BaseModel):
@@ -45,9 +46,25 @@ class LoaderConfig(BaseModel):
 
 
 class Loader(ABC):
+    """One strategy of reading one backend's layout; the class attributes describe it to bench, sweep and chaos."""
+
     name: ClassVar[str]
     backend: ClassVar[str]
     Config: ClassVar[type[LoaderConfig]] = LoaderConfig
+    # Measured by `workbench bench loaders` when no loader is named (peers and GPU-only readers opt out).
+    benchmarked_by_default: ClassVar[bool] = True
+    # Config overrides for `workbench chaos`: small request windows, so requests are in flight when a fault
+    # strikes. None: this loader is not part of the chaos soak.
+    chaos_window: ClassVar[dict[str, Any] | None] = None
+
+    @classmethod  # noqa: B027 - an optional hook: doing nothing is the default
+    def prepare_dataset(cls, settings: Settings, dataset: str, source: Any) -> None:
+        """Write a layout of the loader's own after the backend's ingest (e.g. a peer's MDS copy); default: none."""
+
+    @classmethod
+    def raw_ceiling(cls, settings: Settings, config: LoaderConfig) -> tuple[int, int]:
+        """(samples, bytes) of the plainest client loop over this backend: the Python reference ceiling."""
+        raise WorkbenchError(f"loader '{cls.name}' has no raw ceiling: measure its backend with its own loader")
 
     def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1) -> None:
         self.settings = settings

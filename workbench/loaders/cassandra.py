@@ -26,11 +26,11 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from workbench import catalog
+from workbench.backends import locate
 from workbench.clients import cassandra_error
 from workbench.concurrency import in_flight
 from workbench.config import Settings
@@ -172,7 +172,7 @@ def resolve_layout(settings: Settings, config: CassandraConfig) -> Layout:
     needs_catalog = config.table is None or config.id_col is None or config.data_col is None or (
         config.label_type != "none" and config.label_col is None)
     if needs_catalog:
-        entry = catalog.locate(settings, "cassandra", config.dataset)
+        entry = locate(settings, "cassandra", config.dataset)
     columns = entry.get("columns") or {}
     if config.table is not None:
         table = config.table
@@ -344,9 +344,14 @@ class CassandraLoader(Loader):
     """This shard's rows, `concurrency` asynchronous reads in flight, `prefetch_buffers` batches ahead."""
 
     name = "cassandra-py"
+    chaos_window: ClassVar[dict[str, Any] | None] = {"concurrency": 4, "batch_size": 8, "prefetch_buffers": 1}
     backend = "cassandra"
     Config = CassandraConfig
     config: CassandraConfig
+
+    @classmethod
+    def raw_ceiling(cls, settings: Settings, config: LoaderConfig) -> tuple[int, int]:
+        return raw_ceiling(settings, config)
 
     def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1) -> None:
         if not isinstance(config, CassandraConfig):

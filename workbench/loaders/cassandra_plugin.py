@@ -87,6 +87,8 @@ class CassandraPluginLoader(CassandraLoader):
     """fn.crs4.cassandra in a DALI pipeline; ids, shards and epochs as the 'cassandra' loader computes them."""
 
     name = "cassandra-plugin"
+    benchmarked_by_default = False  # the plugin wheel needs CPython 3.12 and a GPU machine
+    chaos_window = None
     backend = "cassandra"
     Config = CassandraPluginConfig
     config: CassandraPluginConfig

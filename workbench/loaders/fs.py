@@ -30,6 +30,7 @@ from urllib.parse import unquote
 
 from pydantic import Field
 
+from workbench.backends import locate
 from workbench.concurrency import LazyPool, in_flight
 from workbench.config import Settings
 from workbench.data import ShardInfo, read_index
@@ -87,9 +88,7 @@ class FilesystemLoader(Loader):
             if self.config.root is not None:
                 self._root = Path(self.config.root).expanduser()
             else:
-                from workbench import catalog
-
-                entry = catalog.locate(self.settings, "fs", self.config.dataset)
+                entry = locate(self.settings, "fs", self.config.dataset)
                 self._root = Path(entry["root"]).expanduser()
         return self._root
 

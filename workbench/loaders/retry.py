@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from pydantic import BaseModel, Field
+
 from workbench.errors import WorkbenchError
 
 T = TypeVar("T")
@@ -168,8 +170,15 @@ class RetryPolicy:
 RETRIES = 5
 
 
-def policy_of(config: object) -> RetryPolicy:
-    """The policy of a loader config with `retries` (attempts after the first) and `retry_budget_s`."""
-    retries = int(getattr(config, "retries", RETRIES))
-    budget = float(getattr(config, "retry_budget_s", 30.0))
-    return RetryPolicy(attempts=retries + 1, budget_s=budget)
+class RetryConfig(BaseModel):
+    """The retry knobs of a loader config, declared once (mix into a LoaderConfig)."""
+
+    retries: int = Field(RETRIES, ge=0, le=1000, description="re-tries of one request after a transient failure")
+    retry_budget_s: float = Field(30.0, ge=0, description="time limit of one request and its re-tries")
+
+
+def policy_of(config: BaseModel) -> RetryPolicy:
+    """The policy of a loader config: its RetryConfig knobs, or the defaults for a config without them."""
+    if isinstance(config, RetryConfig):
+        return RetryPolicy(attempts=config.retries + 1, budget_s=config.retry_budget_s)
+    return RetryPolicy(attempts=RETRIES + 1)

@@ -14,9 +14,8 @@ GET (two for blob labels: object, then its sidecar); its key is the sample id fr
 * `S3NaiveLoader` ("s3-naive") does the same GETs one at a time: the "before" picture, one round trip
   per sample.
 
-`ObjectMapDataset` / `ObjectIterableDataset` (the OSS connector's API: from_prefix, from_objects,
-from_manifest_file) live in `workbench.loaders.object_datasets` (they import torch) and are importable
-from here lazily.
+The OSS connector's API over any bucket (`ObjectMapDataset` / `ObjectIterableDataset`: from_prefix,
+from_objects, from_manifest_file) is `workbench.compat.oss_connector`.
 """
 
 from __future__ import annotations
@@ -25,10 +24,8 @@ import io
 import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import unquote
-
-from pydantic import Field
 
 from workbench.concurrency import LazyPool, in_flight
 from workbench.config import Settings
@@ -36,18 +33,16 @@ from workbench.errors import WorkbenchError
 from workbench.layouts.objects import MANIFEST
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
-from workbench.loaders.retry import RETRIES, policy_of
+from workbench.loaders.retry import RetryConfig, policy_of
+from workbench.loaders.s3_location import S3Location
 from workbench.loaders.s3_shards import locate_prefix
 from workbench.storage import S3Store
 
 Entry = tuple[str, str | None]  # (key relative to <prefix>/<split>/, manifest label field or None)
 
 
-class S3ObjectsConfig(LoaderConfig):
-    bucket: str | None = Field(None, description="bucket (default: the catalog's, else settings.s3_bucket)")
-    prefix: str | None = Field(None, description="key prefix of the dataset (default: the catalog's)")
-    retries: int = Field(RETRIES, ge=0, le=1000, description="re-tries of a GET after a transient failure")
-    retry_budget_s: float = Field(30.0, ge=0, description="time limit of one GET and its re-tries")
+class S3ObjectsConfig(LoaderConfig, S3Location, RetryConfig):
+    """A LoaderConfig that reads S3 objects: where they are, and how often a failed GET is re-tried."""
 
 
 # ------------------------------------------------------------------------------------------- manifest
@@ -106,9 +101,15 @@ class S3ObjectsLoader(Loader):
     """One GET per sample, `concurrency` of them in flight."""
 
     name = "s3-objects"
+    chaos_window: ClassVar[dict[str, Any] | None] = {"concurrency": 4}
     backend = "s3-objects"
     Config = S3ObjectsConfig
     config: S3ObjectsConfig
+
+
+    @classmethod
+    def raw_ceiling(cls, settings: Settings, config: LoaderConfig) -> tuple[int, int]:
+        return raw_ceiling(settings, config)
 
     def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1,
                  *, store: S3Store | None = None) -> None:
@@ -202,6 +203,7 @@ class S3NaiveLoader(S3ObjectsLoader):
     """The same GETs, one at a time and in order, nothing prefetched: one round trip per sample."""
 
     name = "s3-naive"
+    chaos_window: ClassVar[dict[str, Any] | None] = {}
 
     def iter_epoch(self, epoch: int) -> Iterator[Item]:
         for entry in self.my_entries(epoch):
@@ -242,17 +244,5 @@ def raw_ceiling(settings: Settings, config: LoaderConfig) -> tuple[int, int]:
     return len(entries), total
 
 
-_DATASETS = ("ObjectMapDataset", "ObjectIterableDataset", "ObjectItem", "parse_s3_uri")
-
-
-def __getattr__(name: str):
-    # The torch datasets import torch: only when they are asked for.
-    if name in _DATASETS:
-        from workbench.loaders import object_datasets
-
-        return getattr(object_datasets, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = ["S3NaiveLoader", "S3ObjectsConfig", "S3ObjectsLoader", "default_manifest_parser", "manifest_lines",
-           "raw_ceiling", "read_manifest", *_DATASETS]
+           "raw_ceiling", "read_manifest"]

@@ -15,10 +15,7 @@ One epoch of one reader (rank x DataLoader worker):
 4. samples pass through a `shuffle_buffer` of `shuffle_buffer` items seeded by (seed, epoch, reader),
    the WebDataset-style approximate shuffle (0 or 1, or ``shuffle=False``: shard order only).
 
-`RemoteDataset` is the cortx_pytorch / webdataset fluent pipeline over the same reader
-(``RemoteDataset(settings_or_client, bucket, folder).decode("pil").to_tuple("jpg;png", "cls")
-.map_tuple(preproc, lambda x: x).batched(64)``); it lives with the other torch datasets in
-`workbench.loaders.object_datasets` and is importable from here without importing torch up front.
+cortx_pytorch's API over this reader (``make_client``, ``RemoteDataset``) is `workbench.compat.cortx`.
 """
 
 from __future__ import annotations
@@ -28,38 +25,34 @@ import random
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
+from workbench.backends import locate
 from workbench.concurrency import LazyPool, in_flight
 from workbench.config import Settings
 from workbench.data import ShardInfo, read_shard
 from workbench.layouts.shards import fetch_shard, read_split_index, sample_item
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, shuffle_buffer, take_shard
-from workbench.loaders.retry import RETRIES, policy_of
-from workbench.storage import S3Store, s3_client_at
+from workbench.loaders.retry import RetryConfig, policy_of
+from workbench.loaders.s3_location import S3Location
+from workbench.storage import S3Store
 
 log = logging.getLogger(__name__)
 
 
 
-class S3ShardsConfig(LoaderConfig):
+class S3ShardsConfig(LoaderConfig, S3Location, RetryConfig):
     shuffle_buffer: int = Field(1000, ge=0, le=1_000_000, description="samples in the shuffle buffer (0/1: off)")
     parallel_shards: int = Field(4, ge=1, le=64, description="shard GETs in flight ahead of the reader")
-    bucket: str | None = Field(None, description="bucket (default: the catalog's, else settings.s3_bucket)")
-    prefix: str | None = Field(None, description="key prefix of the dataset (default: the catalog's)")
-    retries: int = Field(RETRIES, ge=0, le=1000, description="re-tries of a shard GET after a transient failure")
-    retry_budget_s: float = Field(30.0, ge=0, description="time limit of one shard GET and its re-tries")
 
 
 def locate_prefix(settings: Settings, backend: str, config: LoaderConfig) -> tuple[str, str]:
-    """(bucket, prefix) of `config.dataset`: the config's overrides, else the catalog's layout."""
-    bucket, prefix = getattr(config, "bucket", None), getattr(config, "prefix", None)
+    """(bucket, prefix) of `config.dataset`: the config's S3Location overrides, else the catalog's layout."""
+    bucket, prefix = (config.bucket, config.prefix) if isinstance(config, S3Location) else (None, None)
     if bucket is None or prefix is None:
-        from workbench.catalog import locate
-
         entry = locate(settings, backend, config.dataset)
         bucket = bucket if bucket is not None else entry.get("bucket") or settings.s3_bucket
         prefix = prefix if prefix is not None else entry.get("prefix", "")
@@ -70,9 +63,15 @@ class S3ShardsLoader(Loader):
     """Streams the split's tar shards from S3: shard-level split and order, sample-level shuffle buffer."""
 
     name = "s3-shards"
+    chaos_window: ClassVar[dict[str, Any] | None] = {"parallel_shards": 2, "shuffle_buffer": 0}
     backend = "s3-shards"
     Config = S3ShardsConfig
     config: S3ShardsConfig
+
+
+    @classmethod
+    def raw_ceiling(cls, settings: Settings, config: LoaderConfig) -> tuple[int, int]:
+        return raw_ceiling(settings, config)
 
     def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1,
                  *, store: S3Store | None = None) -> None:
@@ -178,23 +177,3 @@ def raw_ceiling(settings: Settings, config: LoaderConfig) -> tuple[int, int]:
     with ThreadPoolExecutor(config.concurrency, thread_name_prefix="s3-ceiling") as pool:
         total = sum(pool.map(get, infos))
     return sum(i.samples for i in infos), total
-
-
-def make_client(url: str, access_key: str, secret_key: str, region: str = "us-east-1", timeout_s: float = 10.0,
-                max_pool_connections: int = 64, verify: bool | str | None = None):
-    """A boto3 S3 client for an endpoint URL, like cortx_pytorch's ``make_client`` (path-style, timeouts).
-
-    `verify` is boto3's: None/True for the system's CAs, or a CA bundle path (an https stack:
-    ``str(settings.ca_file())``). TLS failures become one clear WorkbenchError (`workbench.storage.s3`).
-    """
-    return s3_client_at(url, access_key, secret_key, region=region, timeout_s=timeout_s,
-                        max_pool_connections=max_pool_connections, verify=verify)
-
-
-def __getattr__(name: str):
-    # RemoteDataset subclasses torch's IterableDataset: import torch only when it is asked for.
-    if name == "RemoteDataset":
-        from workbench.loaders.object_datasets import RemoteDataset
-
-        return RemoteDataset
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.backends import BACKENDS, backend_class
 from workbench.results import PROGRESS_FILE
 
 # Every knob a sweep varies (the keys of SweepConfig.points() plus what run_sweep adds per point).
@@ -26,8 +27,12 @@ STATS = ("median", "min", "max")
 # fixed per plot at their baseline, said in the plot's note).
 SERIES_KNOBS = {"concurrency": "conc", "prefetch_buffers": "prefetch", "batch_size": "batch", "workers": "workers",
                 "decode": "decode"}
-# Backends read without toxiproxy in between (sweep.PROXY_OF_BACKEND maps them to None): RTT does not apply.
-LOCAL_BACKENDS = {"fs"}
+def is_local_backend(name: str) -> bool:
+    """A backend read with no toxiproxy in between (its descriptor's proxy is None): RTT does not apply to it.
+
+    A name the registry no longer knows (results of an older version) counts as remote.
+    """
+    return name in BACKENDS and backend_class(name).is_local()
 CEILING_PREFIX = "ceiling:"
 
 

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from workbench.bench.metrics import max_accelerators
-from workbench.report.data import LOCAL_BACKENDS, Context, is_missing
+from workbench.report.data import Context, is_local_backend, is_missing
 
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -132,7 +132,7 @@ def _slice_text(ctx: Context, compute: bool = True, layout: bool = True) -> str:
 
 
 def _local_note(ctx: Context, frame: pd.DataFrame) -> str:
-    local = sorted({b for b in frame.get("backend", pd.Series(dtype=str)).tolist() if b in LOCAL_BACKENDS})
+    local = sorted({b for b in frame.get("backend", pd.Series(dtype=str)).tolist() if is_local_backend(b)})
     if not local:
         return ""
     return (f"{', '.join(local)} reads local files, not through toxiproxy: the RTT does not apply to it "

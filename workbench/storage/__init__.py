@@ -7,9 +7,9 @@ is read; `DirStore` (local) is a directory. Replacing the S3 client is a change 
 
 from workbench.storage.base import MultipartUpload, ObjectInfo, Store
 from workbench.storage.local import TMP_SUFFIX, DirStore
-from workbench.storage.s3 import S3Store, explain_s3_tls_errors, s3_client, s3_client_at
+from workbench.storage.s3 import S3Store, explain_s3_tls_errors, parse_s3_uri, s3_client, s3_client_at
 
 __all__ = [
     "TMP_SUFFIX", "DirStore", "MultipartUpload", "ObjectInfo", "S3Store", "Store", "explain_s3_tls_errors",
-    "s3_client", "s3_client_at",
+    "parse_s3_uri", "s3_client", "s3_client_at",
 ]

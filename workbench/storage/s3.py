@@ -109,6 +109,16 @@ class _S3TLSErrors:
             raise self.https_only()
 
 
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/some/key`` -> (bucket, "some/key"); the key may be empty (a whole bucket)."""
+    if not isinstance(uri, str) or not uri.startswith("s3://"):
+        raise WorkbenchError(f"not an s3:// URI: {uri!r} (want s3://bucket/key)")
+    bucket, _, key = uri[5:].partition("/")
+    if not bucket:
+        raise WorkbenchError(f"S3 URI {uri!r} has no bucket (want s3://bucket/key)")
+    return bucket, key
+
+
 class S3Store(Store):
     """Keys under ``s3://bucket/prefix/`` through one thread-safe boto3 client; errors become WorkbenchErrors."""
 

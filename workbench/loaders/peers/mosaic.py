@@ -125,7 +125,7 @@ def dataset_location(settings: Settings, dataset: str, bucket: str | None = None
                      prefix: str | None = None) -> tuple[str, str]:
     """(bucket, prefix) of the dataset's s3-shards layout: the overrides, else the catalog's, else the default."""
     if bucket is None or prefix is None:
-        from workbench.catalog import locate
+        from workbench.backends import locate
 
         entry = locate(settings, "s3-shards", dataset)
         bucket = bucket if bucket is not None else entry.get("bucket") or settings.s3_bucket
@@ -268,6 +268,7 @@ class MosaicStreamingPeer(Loader):
     """A StreamingDataset of the MDS copy, one per loader instance, pinned to this reader's partition."""
 
     name = "mosaic-streaming"
+    benchmarked_by_default = False  # a peer: measured beside ours when named
     backend = "s3-shards"  # where the dataset is ingested first; the MDS copy is written beside it
     Config = MosaicConfig
     config: MosaicConfig

@@ -50,13 +50,12 @@ from workbench.layouts.objects import JOURNAL, MANIFEST
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.peers import trust_stack_ca
+from workbench.loaders.s3_location import S3Location
 
 Entry = tuple[str, str, str | None]  # (key relative to the prefix, sample id, manifest label field or None)
 
 
-class S3TorchConnectorConfig(LoaderConfig):
-    bucket: str | None = Field(None, description="bucket (default: the catalog's, else settings.s3_bucket)")
-    prefix: str | None = Field(None, description="key prefix of the dataset (default: the catalog's)")
+class S3TorchConnectorConfig(LoaderConfig, S3Location):
     part_size: int = Field(8 * 2**20, ge=5 * 2**20, le=5 * 2**30, description="CRT client part size in bytes")
 
 
@@ -82,6 +81,7 @@ class S3TorchConnectorPeer(Loader):
     """``S3MapDataset`` of the split's objects (ids from the layout's journal), `concurrency` reads in flight."""
 
     name = "s3torchconnector"
+    benchmarked_by_default = False  # a peer: measured beside ours when named
     backend = "s3-objects"
     Config = S3TorchConnectorConfig
     config: S3TorchConnectorConfig

@@ -46,15 +46,14 @@ from workbench.layouts.shards import read_split_index
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.peers import trust_stack_ca
+from workbench.loaders.s3_location import S3Location
 
 _QUERY = re.compile(r"\?[^\s'\"\]]*")
 
 
-class WebDatasetConfig(LoaderConfig):
+class WebDatasetConfig(LoaderConfig, S3Location):
     shuffle_buffer: int = Field(1000, ge=0, le=1_000_000, description="webdataset .shuffle() buffer (0/1: off)")
     url_expires_s: int = Field(3600, ge=60, le=7 * 24 * 3600, description="lifetime of the presigned shard URLs")
-    bucket: str | None = Field(None, description="bucket (default: the catalog's, else settings.s3_bucket)")
-    prefix: str | None = Field(None, description="key prefix of the dataset (default: the catalog's)")
 
 
 def redact(text: str) -> str:
@@ -66,6 +65,7 @@ class WebDatasetPeer(Loader):
     """``wds.WebDataset`` over presigned URLs of our shards; split and shard order are ours."""
 
     name = "webdataset"
+    benchmarked_by_default = False  # a peer: measured beside ours when named
     backend = "s3-shards"
     Config = WebDatasetConfig
     config: WebDatasetConfig

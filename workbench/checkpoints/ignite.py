@@ -32,9 +32,9 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from workbench.clients.ignite import Endpoint, close_quietly, first_line, ignite_errors, settings_endpoint
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
-from workbench.loaders.ignite import Endpoint, _close_quietly, _first_line, _ignite_errors, settings_endpoint
 
 if TYPE_CHECKING:
     from pyignite import Client
@@ -71,10 +71,10 @@ class IgniteCheckpoint:
         client = self.endpoint.connect()
         try:
             cache = client.get_or_create_cache(self.cache_name)
-        except _ignite_errors() as exc:
-            _close_quietly(client)
+        except ignite_errors() as exc:
+            close_quietly(client)
             raise WorkbenchError(f"cannot open Ignite cache {self.cache_name} at {self.endpoint.where}: "
-                                 f"{_first_line(exc)}") from exc
+                                 f"{first_line(exc)}") from exc
         return client, cache
 
     def writer(self, name: str) -> CheckpointWriter:
@@ -87,7 +87,7 @@ class IgniteCheckpoint:
         try:
             return _parse(cache.get(self.manifest_key(name)), name, self.cache_name)
         finally:
-            _close_quietly(client)
+            close_quietly(client)
 
     def exists(self, name: str) -> bool:
         return self.manifest(name) is not None
@@ -107,11 +107,11 @@ class IgniteCheckpoint:
                     return io.BytesIO(data)
             raise WorkbenchError(f"checkpoint '{name}' in Ignite cache {self.cache_name} kept changing while being "
                                  f"read ({READ_ATTEMPTS} attempts)")
-        except _ignite_errors() as exc:
+        except ignite_errors() as exc:
             raise WorkbenchError(f"reading checkpoint '{name}' from Ignite cache {self.cache_name} at "
-                                 f"{self.endpoint.where} failed: {_first_line(exc)}") from exc
+                                 f"{self.endpoint.where} failed: {first_line(exc)}") from exc
         finally:
-            _close_quietly(client)
+            close_quietly(client)
 
     def _assemble(self, cache, name: str, manifest: dict) -> bytes | None:
         """The checkpoint's bytes; None if it was replaced meanwhile (its chunks are gone)."""
@@ -145,7 +145,7 @@ class IgniteCheckpoint:
             self._remove_chunks(cache, name, old["version"], int(old["chunks"]))
             return True
         finally:
-            _close_quietly(client)
+            close_quietly(client)
 
     def _remove_chunks(self, cache, name: str, version: str, count: int) -> None:
         keys = [self.chunk_key(name, version, i) for i in range(count)]
@@ -159,7 +159,7 @@ class IgniteCheckpoint:
             if self.cache_name in client.get_cache_names():
                 client.get_cache(self.cache_name).destroy()
         finally:
-            _close_quietly(client)
+            close_quietly(client)
 
 
 class CheckpointWriter(io.RawIOBase):
@@ -198,10 +198,10 @@ class CheckpointWriter(io.RawIOBase):
         key = self.store.chunk_key(self.name, self.version, self._chunks)
         try:
             self._cache.put(key, chunk)
-        except _ignite_errors() as exc:
+        except ignite_errors() as exc:
             self.abort()
             raise WorkbenchError(f"writing checkpoint '{self.name}' to Ignite cache {self.store.cache_name} at "
-                                 f"{self.store.endpoint.where} failed: {_first_line(exc)}") from exc
+                                 f"{self.store.endpoint.where} failed: {first_line(exc)}") from exc
         self._chunks += 1
 
     def close(self) -> None:
@@ -220,19 +220,19 @@ class CheckpointWriter(io.RawIOBase):
                         "written_at": time.time()}
             try:
                 old = self._cache.get_and_put(self.store.manifest_key(self.name), json.dumps(manifest))
-            except _ignite_errors() as exc:
+            except ignite_errors() as exc:
                 self.abort()
                 raise WorkbenchError(f"committing checkpoint '{self.name}' to Ignite cache {self.store.cache_name} "
-                                     f"failed: {_first_line(exc)}") from exc
+                                     f"failed: {first_line(exc)}") from exc
             self._committed = True
             previous = _parse(old, self.name, self.store.cache_name, strict=False)
             if previous is not None and previous.get("version") != self.version:
                 try:
                     self.store._remove_chunks(self._cache, self.name, previous["version"], int(previous["chunks"]))
-                except _ignite_errors():
+                except ignite_errors():
                     pass  # the new checkpoint is committed; leftover chunks only take space
         finally:
-            _close_quietly(self._client)
+            close_quietly(self._client)
             super().close()
 
     def abort(self) -> None:
@@ -242,10 +242,10 @@ class CheckpointWriter(io.RawIOBase):
         self._aborted = True
         try:
             self.store._remove_chunks(self._cache, self.name, self.version, self._chunks)
-        except _ignite_errors():
+        except ignite_errors():
             pass
         finally:
-            _close_quietly(self._client)
+            close_quietly(self._client)
             super().close()
 
     def __exit__(self, exc_type, exc, tb) -> None:

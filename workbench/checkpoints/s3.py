@@ -30,8 +30,7 @@ from typing import Any
 
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
-from workbench.loaders.object_datasets import parse_s3_uri
-from workbench.storage import MultipartUpload, S3Store
+from workbench.storage import MultipartUpload, S3Store, parse_s3_uri
 
 MIB = 2**20
 MIN_PART = 5 * MIB  # S3's smallest part (except the last)

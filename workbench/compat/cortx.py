@@ -1,0 +1,185 @@
+"""cortx_pytorch's API: ``make_client`` and ``RemoteDataset``, the fluent pipeline over our s3-shards reader.
+
+    ds = RemoteDataset(settings_or_client, bucket, folder).decode("pil").to_tuple("jpg;png", "cls")
+    ds = ds.map_tuple(preproc, lambda x: x).batched(64)
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pydantic import ValidationError
+from torch.utils.data import IterableDataset, get_worker_info
+
+from workbench.config import Settings
+from workbench.data import META_ENTRIES
+from workbench.errors import WorkbenchError
+from workbench.loaders.s3_shards import S3ShardsConfig, S3ShardsLoader
+from workbench.storage import S3Store, s3_client_at
+
+
+def make_client(url: str, access_key: str, secret_key: str, region: str = "us-east-1", timeout_s: float = 10.0,
+                max_pool_connections: int = 64, verify: bool | str | None = None):
+    """A boto3 S3 client for an endpoint URL, like cortx_pytorch's ``make_client`` (path-style, timeouts).
+
+    `verify` is boto3's: None/True for the system's CAs, or a CA bundle path (an https stack:
+    ``str(settings.ca_file())``). TLS failures become one clear WorkbenchError (`workbench.storage.s3`).
+    """
+    return s3_client_at(url, access_key, secret_key, region=region, timeout_s=timeout_s,
+                        max_pool_connections=max_pool_connections, verify=verify)
+
+
+# -------------------------------------------------------------------------------- RemoteDataset
+
+
+class _ClientSpec:
+    """How to rebuild a given boto3 client in another process (endpoint, region, credentials, config)."""
+
+    def __init__(self, client: Any) -> None:
+        self.endpoint_url = client.meta.endpoint_url
+        self.region = client.meta.region_name
+        self.config = client.meta.config
+        # botocore keeps the signing credentials here; there is no public getter on a client.
+        creds = getattr(getattr(client, "_request_signer", None), "_credentials", None)
+        frozen = creds.get_frozen_credentials() if creds is not None else None
+        self.access_key = frozen.access_key if frozen else None
+        self.secret_key = frozen.secret_key if frozen else None
+        self.token = frozen.token if frozen else None
+        # TLS verification (True, False or a CA bundle path, e.g. the stack's CA): botocore keeps it on the
+        # client's HTTP session only, and without it a worker's client would not trust a private CA.
+        session = getattr(getattr(client, "_endpoint", None), "http_session", None)
+        self.verify = getattr(session, "_verify", None)
+
+    def make(self) -> Any:
+        return s3_client_at(self.endpoint_url, self.access_key, self.secret_key, region=self.region,
+                            timeout_s=self.config.connect_timeout or 10.0, verify=self.verify,
+                            session_token=self.token, config=self.config)
+
+
+class RemoteDataset(IterableDataset):
+    """cortx_pytorch's dataset: s3-shards streamed into a webdataset-style pipeline.
+
+    ``RemoteDataset(settings_or_client, bucket, folder, split="train", **loader_config)`` reads
+    ``s3://bucket/folder/<split>/`` (the s3-shards layout) with `S3ShardsLoader` (``shuffle_buffer``,
+    ``parallel_shards``, ``shuffle``, ``seed``, ``shard_id``/``num_shards``... as loader settings) and
+    yields webdataset sample dicts: ``{"__key__", "__url__", "jpg": bytes, "cls": bytes, "uid": str,
+    "sum": str}``. Each method returns a new dataset with one more stage (webdataset's own filters)::
+
+        ds = (RemoteDataset(client, bucket, folder)
+              .decode("pil")                     # images -> PIL ("rgb8", "torchrgb", ... or None), cls -> int
+              .to_tuple("jpg;png", "cls")        # the first present of jpg/png, then cls
+              .map_tuple(preproc, lambda x: x)
+              .batched(64))                      # tensors stacked, ints -> arrays
+        DataLoader(ds, num_workers=3, batch_size=None)
+
+    DataLoader workers split the shards (shards are the unit of splitting: keep at least as many as
+    ranks x workers). A boto3 client is rebuilt in each worker from its endpoint, region, credentials
+    and config; with `Settings`, the workbench's own client is made there. Call `set_epoch` each epoch.
+    """
+
+    def __init__(self, settings_or_client: Any, bucket: str, prefix: str = "", split: str = "train",
+                 **loader_config: Any) -> None:
+        super().__init__()
+        if isinstance(settings_or_client, Settings):
+            self.settings: Settings | None = settings_or_client
+            self._client, self._spec = None, None
+        elif hasattr(settings_or_client, "get_object") and hasattr(settings_or_client, "meta"):
+            self.settings = None
+            self._client, self._spec = settings_or_client, _ClientSpec(settings_or_client)
+        else:
+            raise WorkbenchError(
+                f"RemoteDataset needs workbench Settings or a boto3 S3 client, got {type(settings_or_client).__name__}"
+            )
+        self._client_pid = os.getpid()
+        loader_config.setdefault("dataset", f"s3://{bucket}/{prefix.strip('/')}")
+        try:
+            self.config = S3ShardsConfig(split=split, bucket=bucket, prefix=prefix, **loader_config)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or "config"
+            raise WorkbenchError(f"invalid RemoteDataset setting '{field}': {first['msg']}") from exc
+        self.stages: list[Callable[[Iterator], Iterator]] = []
+        self.epoch = 0
+
+    # ------------------------------------------------------------------------------------ pipeline
+
+    def _then(self, stage: Callable[[Iterator], Iterator]) -> RemoteDataset:
+        new = copy.copy(self)
+        new.stages = [*self.stages, stage]
+        return new
+
+    def compose(self, stage: Callable[[Iterator], Iterator]) -> RemoteDataset:
+        """Any iterator -> iterator stage (a webdataset filter, a generator function)."""
+        return self._then(stage)
+
+    def decode(self, *handlers: Any, **kw: Any) -> RemoteDataset:
+        """webdataset decoding: an image spec ("pil", "rgb8", "torchrgb", ...) or handler functions, or
+        None/nothing for the basic decoders only (cls -> int, json, npy...)."""
+        import webdataset as wds
+
+        kw.setdefault("partial", True)  # id/sum are already text
+        return self._then(wds.filters.decode(*[h for h in handlers if h is not None], **kw))
+
+    def to_tuple(self, *fields: str, **kw: Any) -> RemoteDataset:
+        import webdataset as wds
+
+        return self._then(wds.filters.to_tuple(*fields, **kw))
+
+    def map_tuple(self, *fns: Callable | None, **kw: Any) -> RemoteDataset:
+        import webdataset as wds
+
+        return self._then(wds.filters.map_tuple(*fns, **kw))
+
+    def map(self, fn: Callable, **kw: Any) -> RemoteDataset:
+        import webdataset as wds
+
+        return self._then(wds.filters.map(fn, **kw))
+
+    def batched(self, batchsize: int, collation_fn: Callable | None = None, partial: bool = True) -> RemoteDataset:
+        import webdataset as wds
+
+        if batchsize < 1:
+            raise WorkbenchError(f"batch size must be >= 1, got {batchsize}")
+        kw = {"collation_fn": collation_fn} if collation_fn is not None else {}
+        return self._then(wds.filters.batched(batchsize, partial=partial, **kw))
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    # ------------------------------------------------------------------------------------- reading
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_client"] = None  # rebuilt from _spec in the worker
+        return state
+
+    def _store(self) -> S3Store | None:
+        if self._spec is None:
+            return None
+        if self._client is None or self._client_pid != os.getpid():
+            self._client, self._client_pid = self._spec.make(), os.getpid()
+        return S3Store.from_client(self._client, self.config.bucket or "", self.config.prefix or "")
+
+    def loader(self, worker_id: int = 0, num_workers: int = 1) -> S3ShardsLoader:
+        settings = self.settings if self.settings is not None else Settings.model_construct()
+        return S3ShardsLoader(settings, self.config, worker_id, num_workers, store=self._store())
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        worker_id, num_workers = (info.id, info.num_workers) if info else (0, 1)
+        with self.loader(worker_id, num_workers) as loader:
+            source: Iterator[Any] = (_as_text(s) for s in loader.raw_samples(self.epoch))
+            for stage in self.stages:
+                source = stage(source)
+            yield from source
+
+
+def _as_text(sample: dict[str, Any]) -> dict[str, Any]:
+    """The shard's sample id and checksum entries as text, for readers that expect str."""
+    for ext in META_ENTRIES:
+        if isinstance(sample.get(ext), bytes):
+            sample[ext] = sample[ext].decode()
+    return sample

@@ -38,7 +38,8 @@ SLOW = {
     "s3-shards": {"parallel_shards": 1, "shuffle_buffer": 0},
     "ignite": {"concurrency": 1, "get_batch": 4},
 }
-LOADERS = list(LAYOUTS)
+LOADERS = [*LAYOUTS, "cassandra-py"]  # cassandra: the C++ driver (acsylla); cassandra-py: the Python driver
+SLOW["cassandra-py"], PROXY["cassandra-py"] = SLOW["cassandra"], PROXY["cassandra"]
 
 
 @pytest.fixture(scope="module")

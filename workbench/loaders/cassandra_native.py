@@ -444,6 +444,8 @@ class CassandraNativeLoader(Loader):
                 out.put_nowait(batch)
             out.put_nowait(_END)
         except asyncio.CancelledError:
+            with contextlib.suppress(queue.Full):
+                out.put_nowait(None)  # a consumer still waiting learns that the epoch was stopped
             raise
         except BaseException as exc:  # handed to the consumer
             out.put_nowait(_Failure(exc))
@@ -464,14 +466,20 @@ class CassandraNativeLoader(Loader):
             return task, slots
 
         task, slots = io.call(start(), self._safety_s)
+        # The driver times out every read itself and the policy bounds its re-tries: this is a safety net.
+        c = self.config
+        waves = -(-c.batch_size // c.concurrency) + 1
+        patience_s = waves * (self.settings.timeout_s + c.retry_budget_s + RetryPolicy().max_s)
         try:
             while True:
                 try:
-                    message = out.get(timeout=0.5)
+                    message = out.get(timeout=patience_s)
                 except queue.Empty:
-                    if not io.thread.is_alive() or (task.done() and out.empty()):
-                        raise WorkbenchError("the Cassandra reads ended without delivering (loader closed?)") from None
-                    continue
+                    where = f"{layout.name} at {_where(self.settings, c)}"
+                    raise WorkbenchError(f"no batch from {where} within {patience_s:.0f} s although every read "
+                                         "has a timeout: a driver fault; re-run, and report it if it recurs") from None
+                if message is None:  # the producer ended without a word (cancelled by close())
+                    raise WorkbenchError("the Cassandra loader was closed during the epoch")
                 if message is _END:
                     return
                 if isinstance(message, _Failure):

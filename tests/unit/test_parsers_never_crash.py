@@ -49,6 +49,8 @@ from workbench.errors import WorkbenchError
 from workbench.loaders.ignite import sample_item
 from workbench.loaders.s3_objects import default_manifest_parser
 
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::SyntaxWarning")  # corrupt inputs on purpose
+
 FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

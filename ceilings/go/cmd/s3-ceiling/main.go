@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -24,7 +25,7 @@ import (
 )
 
 type reader struct {
-	client  *minio.Client
+	client  *minio.Core // the plain request path: the body as the response streams it, no Object wrapper
 	bucket  string
 	prefix  string
 	timeout time.Duration
@@ -41,12 +42,12 @@ func (r *reader) key(rel string) string {
 func (r *reader) get(rel string, fn func(io.Reader) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
-	obj, err := r.client.GetObject(ctx, r.bucket, r.key(rel), minio.GetObjectOptions{})
+	body, _, _, err := r.client.GetObject(ctx, r.bucket, r.key(rel), minio.GetObjectOptions{})
 	if err != nil {
 		return describe(err, r.bucket, r.key(rel))
 	}
-	defer obj.Close()
-	if err := fn(obj); err != nil {
+	defer body.Close()
+	if err := fn(body); err != nil {
 		return describe(err, r.bucket, r.key(rel))
 	}
 	return nil
@@ -77,7 +78,16 @@ func main() {
 	kind := flag.String("layout", "objects", "objects (manifest.txt) or shards (index.json)")
 	concurrency := flag.Int("concurrency", 16, "GETs in flight")
 	timeout := flag.Float64("timeout", 10, "seconds per request (connect and read)")
+	profile := flag.String("cpuprofile", "", "write a Go CPU profile here (to see where a ceiling's CPU goes)")
 	flag.Parse()
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err != nil {
+			ceiling.Fail("s3-ceiling: %v", err)
+		}
+		_ = pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 
 	access, secret := ceiling.Secret("CEILING_ACCESS_KEY"), ceiling.Secret("CEILING_SECRET_KEY")
 	if access == "" || secret == "" {
@@ -91,6 +101,7 @@ func main() {
 		ResponseHeaderTimeout: perRequest,
 		TLSHandshakeTimeout:   perRequest,
 		DisableCompression:    true,
+		ReadBufferSize:        256 * 1024, // fewer read syscalls per ~110 KB body
 	}
 	if *useTLS {
 		pool := x509.NewCertPool()
@@ -103,7 +114,7 @@ func main() {
 		transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	minio.MaxRetry = 1 // a ceiling measures, it does not retry
-	client, err := minio.New(*endpoint, &minio.Options{
+	client, err := minio.NewCore(*endpoint, &minio.Options{
 		Creds: credentials.NewStaticV4(access, secret, ""), Secure: *useTLS, Region: *region,
 		Transport: transport, BucketLookup: minio.BucketLookupPath,
 	})

@@ -1,18 +1,16 @@
-"""Backend name -> implementation. Adding a backend is one module plus one line here.
+"""Backend name -> implementation. Adding a backend is one module plus one line here (or `register_backend`).
 
-Entries are import paths, so `workbench --help` never imports every client library.
+Entries are import paths, so `workbench --help` never imports every client library (`workbench.registry`).
 """
 
 from __future__ import annotations
 
-from importlib import import_module
-
 from workbench import catalog
 from workbench.backends.base import Backend, LayoutOptions
 from workbench.config import Settings
-from workbench.errors import WorkbenchError
+from workbench.registry import Entry, register, resolve, validated
 
-BACKENDS: dict[str, str] = {
+BACKENDS: dict[str, Entry] = {
     "cassandra": "workbench.backends.cassandra:CassandraBackend",
     "s3-objects": "workbench.backends.s3_objects:S3ObjectsBackend",
     "s3-shards": "workbench.backends.s3_shards:S3ShardsBackend",
@@ -22,10 +20,12 @@ BACKENDS: dict[str, str] = {
 
 
 def backend_class(name: str) -> type[Backend]:
-    if name not in BACKENDS:
-        raise WorkbenchError(f"unknown backend '{name}': choose from {', '.join(BACKENDS)}")
-    module, attr = BACKENDS[name].split(":")
-    return getattr(import_module(module), attr)
+    return resolve(BACKENDS, name, "backend")
+
+
+def register_backend(name: str, target: Entry) -> None:
+    """Add a backend under `name`: ``"module:Class"`` or the `Backend` subclass itself."""
+    register(BACKENDS, name, target, "backend")
 
 
 def locate(settings: Settings, backend: str, dataset: str) -> dict:
@@ -36,14 +36,7 @@ def locate(settings: Settings, backend: str, dataset: str) -> dict:
 
 def make_backend(name: str, settings: Settings, dataset: str, **options) -> Backend:
     """Build a backend with validated layout options (unknown or invalid options fail before any I/O)."""
-    from pydantic import ValidationError
-
     cls = backend_class(name)
-    try:
-        opts: LayoutOptions = cls.Options(**{k: v for k, v in options.items() if v is not None})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        valid = ", ".join(cls.Options.model_fields)
-        raise WorkbenchError(f"invalid {name} option '{field}': {first['msg']} (options: {valid})") from exc
+    given = {k: v for k, v in options.items() if v is not None}
+    opts: LayoutOptions = validated(cls.Options, given, f"{name} option", "options")
     return cls(settings, dataset, opts)

@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from workbench.backends import backend_class, make_backend
 from workbench.bench.ingest import generate
+from workbench.bench.native_ceilings import BACKENDS as NATIVE_BACKENDS
 from workbench.bench.native_ceilings import cpu_columns, native_ceiling_run, program_name
 from workbench.config import PROXIED, Settings
 from workbench.environment import describe_environment
@@ -100,8 +101,11 @@ def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: f
             proxy = backend_class(backend).proxy
             config = {"dataset": dataset, "concurrency": concurrency, "via_proxy": proxy is not None}
             cpu: list[float] = []
-            if name.startswith("ceiling:"):
+            native = backend in NATIVE_BACKENDS
+            if name.startswith("ceiling:") and native:
                 results = [native_ceiling_run(settings, backend, config, cpu) for _ in range(repeats)]
+            elif name.startswith("ceiling:"):  # a backend without a compiled ceiling: its Python reference loop
+                results = [timed(ceiling_of(backend, settings, config), cpu) for _ in range(repeats)]
             else:
                 run = epoch_of(name, settings, config, max_seconds)
                 results = [timed(run, cpu) for _ in range(repeats)]
@@ -114,7 +118,8 @@ def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: f
                 "samples": results[0][1], "repeats": repeats,
                 "samples_per_s": statistics.median(rates), "samples_per_s_min": min(rates),
                 "samples_per_s_max": max(rates), "mb_per_s": statistics.median(mbps),
-                "ceiling_program": program_name(backend) if name.startswith("ceiling:") else None,
+                "ceiling_program": (program_name(backend) if native else f"python/{backend}.raw_ceiling")
+                if name.startswith("ceiling:") else None,
                 **cpu_columns(results, cpu),
             })
     finally:

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from workbench.backends import backend_class, make_backend
 from workbench.bench.metrics import ComputeModel, EpochTrace, percentile
+from workbench.bench.points import SweepPoint
 from workbench.bench.probes import ResourceProbe
 from workbench.bench.sweep_config import SweepConfig
 from workbench.config import PROXIED, Settings
@@ -28,25 +29,25 @@ from workbench.net.toxiproxy import Toxiproxy
 from workbench.results import PROGRESS_FILE, check_writable, write_atomically
 
 
-def dataset_name(cfg: SweepConfig, point: dict) -> str:
+def dataset_name(cfg: SweepConfig, point: SweepPoint) -> str:
     kb = f"{cfg.data.mean_kb:g}".replace(".", "p")
     base = f"sweep_{cfg.data.count}_{kb}kb_s{cfg.data.seed}"
-    if point["shard_maxcount"] is None:
+    if point.shard_maxcount is None:
         return base
-    return f"{base}_mc{point['shard_maxcount']}_ms{int(point['shard_maxsize'])}"
+    return f"{base}_mc{point.shard_maxcount}_ms{int(point.shard_maxsize)}"
 
 
-def prepare_datasets(settings: Settings, cfg: SweepConfig, points: list[dict]) -> None:
+def prepare_datasets(settings: Settings, cfg: SweepConfig, points: list[SweepPoint]) -> None:
     """Ingest the synthetic dataset into every layout the grid needs (idempotent, resumable), then run
     the preparation hook of every loader that keeps a layout of its own (e.g. a peer's MDS shards)."""
     source = SyntheticSource(cfg.data.count, seed=cfg.data.seed, mean_kb=cfg.data.mean_kb)
     layouts: dict[tuple[str, str], dict] = {}
     hooks: set[tuple[type, str]] = set()
     for point in points:
-        cls = loader_class(point["loader"])
+        cls = loader_class(point.loader)
         layout = {}
         if backend_class(cls.backend).sharded:
-            layout = {"maxcount": point["shard_maxcount"], "maxsize": point["shard_maxsize"]}
+            layout = {"maxcount": point.shard_maxcount, "maxsize": point.shard_maxsize}
         layouts[(cls.backend, dataset_name(cfg, point))] = layout
         hooks.add((cls, dataset_name(cfg, point)))
     for (backend, dataset), layout in layouts.items():
@@ -55,15 +56,15 @@ def prepare_datasets(settings: Settings, cfg: SweepConfig, points: list[dict]) -
         cls.prepare_dataset(settings, dataset, source)
 
 
-def _batches(point: dict, settings: Settings, config: dict) -> Iterator[tuple[int, int]]:
+def _batches(point: SweepPoint, settings: Settings, config: dict) -> Iterator[tuple[int, int]]:
     """(samples, bytes) per batch, from the loader in-process or through a torch DataLoader."""
-    if point["workers"] == 0 and not point["decode"]:
-        with make_loader(point["loader"], settings, **config) as loader:
+    if point.workers == 0 and not point.decode:
+        with make_loader(point.loader, settings, **config) as loader:
             batch = nbytes = 0
             for item in loader:
                 batch += 1
                 nbytes += len(item.data)
-                if batch == point["batch_size"]:
+                if batch == point.batch_size:
                     yield batch, nbytes
                     batch = nbytes = 0
             if batch:
@@ -73,32 +74,32 @@ def _batches(point: dict, settings: Settings, config: dict) -> Iterator[tuple[in
 
     from workbench.adapters.torch import LoaderDataset, collate_raw, decode_transform, skip_none, worker_context
 
-    if point["decode"]:
+    if point.decode:
         from torch.utils.data import default_collate
 
-        dataset = LoaderDataset(point["loader"], settings, transform=decode_transform(on_corrupt="skip"), **config)
+        dataset = LoaderDataset(point.loader, settings, transform=decode_transform(on_corrupt="skip"), **config)
         collate = skip_none(default_collate)
     else:
-        dataset = LoaderDataset(point["loader"], settings, **config)
+        dataset = LoaderDataset(point.loader, settings, **config)
         collate = collate_raw
-    workers = point["workers"]
+    workers = point.workers
     loader = DataLoader(
         dataset,
-        batch_size=point["batch_size"],
+        batch_size=point.batch_size,
         num_workers=workers,
         collate_fn=collate,
-        prefetch_factor=point["prefetch_buffers"] if workers else None,
+        prefetch_factor=point.prefetch_buffers if workers else None,
         multiprocessing_context=worker_context(settings, workers),
     )
     for batch in loader:
-        if point["decode"]:
+        if point.decode:
             images = batch[0]
             yield len(images), images.numel()
         else:
             yield len(batch["data"]), sum(len(d) for d in batch["data"])
 
 
-def run_epoch(point: dict, settings: Settings, config: dict, compute: ComputeModel, max_s: float,
+def run_epoch(point: SweepPoint, settings: Settings, config: dict, compute: ComputeModel, max_s: float,
               max_batches: int | None = None) -> EpochTrace:
     """One epoch timed from the loader's creation: connection set-up is in the time to first batch."""
     trace = EpochTrace()
@@ -121,17 +122,17 @@ def run_epoch(point: dict, settings: Settings, config: dict, compute: ComputeMod
     return trace
 
 
-def run_point(settings: Settings, cfg: SweepConfig, point: dict, repetition: int) -> dict[str, Any]:
-    cls = loader_class(point["loader"])
+def run_point(settings: Settings, cfg: SweepConfig, point: SweepPoint, repetition: int) -> dict[str, Any]:
+    cls = loader_class(point.loader)
     config = {
         "dataset": dataset_name(cfg, point),
-        "concurrency": point["concurrency"],
-        "prefetch_buffers": point["prefetch_buffers"],
-        "batch_size": point["batch_size"],
+        "concurrency": point.concurrency,
+        "prefetch_buffers": point.prefetch_buffers,
+        "batch_size": point.batch_size,
         "seed": repetition,
         "via_proxy": backend_class(cls.backend).proxy is not None,
     }
-    compute = ComputeModel(point["compute_ms"], cfg.compute.distribution, cfg.compute.stddev_fraction, repetition)
+    compute = ComputeModel(point.compute_ms, cfg.compute.distribution, cfg.compute.stddev_fraction, repetition)
     if cfg.warmup_batches:  # warms the servers' caches and JITs; thrown away, never measured
         run_epoch(point, settings, config, ComputeModel(0), cfg.max_seconds_per_epoch, cfg.warmup_batches)
     traces = []
@@ -166,10 +167,10 @@ def run_point(settings: Settings, cfg: SweepConfig, point: dict, repetition: int
     }
 
 
-def set_network(toxiproxy: Toxiproxy, point: dict, jitter_ms: float) -> None:
+def set_network(toxiproxy: Toxiproxy, point: SweepPoint, jitter_ms: float) -> None:
     for proxy in PROXIED:
         toxiproxy.set_network(
-            proxy, rtt_ms=point["rtt_ms"], jitter_ms=jitter_ms, bandwidth_kbps=point["bandwidth_mbps"] * 1000
+            proxy, rtt_ms=point.rtt_ms, jitter_ms=jitter_ms, bandwidth_kbps=point.bandwidth_mbps * 1000
         )
 
 
@@ -193,13 +194,13 @@ def run_sweep(
     rows: list[dict] = []
     try:
         for point_id, point, rep in tqdm(runs, desc=f"sweep {cfg.name}", unit="run", disable=not progress):
-            backend = loader_class(point["loader"]).backend
+            backend = loader_class(point.loader).backend
             row = {
                 "sweep": cfg.name,
                 "point_id": point_id,
                 "repetition": rep,
                 "backend": backend,
-                **point,
+                **point.as_row(),
                 "jitter_ms": cfg.network.jitter_ms,
                 "dataset": dataset_name(cfg, point),
                 "data_count": cfg.data.count,
@@ -212,8 +213,8 @@ def run_sweep(
                 set_network(toxiproxy, point, cfg.network.jitter_ms)
                 measured = run_point(settings, cfg, point, rep)
                 if (proxy := backend_class(backend).proxy) is not None:
-                    toxiproxy.check_network(proxy, point["rtt_ms"], cfg.network.jitter_ms,
-                                            point["bandwidth_mbps"] * 1000)
+                    toxiproxy.check_network(proxy, point.rtt_ms, cfg.network.jitter_ms,
+                                            point.bandwidth_mbps * 1000)
                 row.update(measured, status="ok", error="")
             except Exception as exc:  # a failing point is recorded and the sweep goes on
                 row.update(

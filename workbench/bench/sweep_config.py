@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from workbench.bench.points import AXES, SweepPoint
 from workbench.errors import WorkbenchError
 
 
@@ -61,8 +62,6 @@ class ComputeGrid(Strict):
     stddev_fraction: float = Field(0.1, ge=0, description="normal: stddev as a fraction of the mean")
 
 
-LOADER_KNOBS = ("concurrency", "prefetch_buffers", "batch_size")
-
 
 class SweepConfig(Strict):
     name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]+$")
@@ -94,41 +93,17 @@ class SweepConfig(Strict):
                              f"{max(self.loader.batch_size)}: nothing would be measured")
         return self
 
-    def points(self) -> list[dict[str, Any]]:
-        """The grid, one dict per point; layout knobs vary only for shard-based loaders."""
+    def points(self) -> list[SweepPoint]:
+        """The grid: for each loader, the product of every axis's values (sharded-only axes: None elsewhere)."""
         from workbench.backends import backend_class
         from workbench.loaders import loader_class
 
         points = []
-        shard_layouts = list(itertools.product(self.layout.shard_maxcount, self.layout.shard_maxsize))
         for name in self.loaders:
-            layouts = shard_layouts if backend_class(loader_class(name).backend).sharded else [(None, None)]
-            for rtt, bw, (maxcount, maxsize), conc, prefetch, batch, workers, decode, compute in itertools.product(
-                self.network.rtt_ms,
-                self.network.bandwidth_mbps,
-                layouts,
-                self.loader.concurrency,
-                self.loader.prefetch_buffers,
-                self.loader.batch_size,
-                self.loader.workers,
-                self.loader.decode,
-                self.compute.ms_per_batch,
-            ):
-                points.append(
-                    {
-                        "loader": name,
-                        "rtt_ms": rtt,
-                        "bandwidth_mbps": bw,
-                        "shard_maxcount": maxcount,
-                        "shard_maxsize": maxsize,
-                        "concurrency": conc,
-                        "prefetch_buffers": prefetch,
-                        "batch_size": batch,
-                        "workers": workers,
-                        "decode": decode,
-                        "compute_ms": compute,
-                    }
-                )
+            sharded = backend_class(loader_class(name).backend).sharded
+            values = [[None] if a.sharded_only and not sharded else getattr(getattr(self, a.section), a.option)
+                      for a in AXES.values()]
+            points.extend(SweepPoint(name, *combination) for combination in itertools.product(*values))
         return points
 
 

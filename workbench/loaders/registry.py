@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from importlib import import_module
-
-from pydantic import ValidationError
-
 from workbench.config import Settings
-from workbench.errors import WorkbenchError
 from workbench.loaders.base import Loader
+from workbench.registry import Entry, register, resolve, validated
 
-LOADERS: dict[str, str] = {
+LOADERS: dict[str, Entry] = {
     "cassandra": "workbench.loaders.cassandra_native:CassandraNativeLoader",  # C++ driver (acsylla)
     "cassandra-py": "workbench.loaders.cassandra:CassandraLoader",  # Python driver: the before, kept measurable
     "cassandra-plugin": "workbench.loaders.cassandra_plugin:CassandraPluginLoader",
@@ -27,21 +23,15 @@ LOADERS: dict[str, str] = {
 
 
 def loader_class(name: str) -> type[Loader]:
-    if name not in LOADERS:
-        raise WorkbenchError(f"unknown loader '{name}': choose from {', '.join(sorted(LOADERS))}")
-    module, attr = LOADERS[name].split(":")
-    return getattr(import_module(module), attr)
+    return resolve(LOADERS, name, "loader")
+
+
+def register_loader(name: str, target: Entry) -> None:
+    """Add a loader under `name`: ``"module:Class"`` or the `Loader` subclass itself."""
+    register(LOADERS, name, target, "loader")
 
 
 def make_loader(name: str, settings: Settings, worker_id: int = 0, num_workers: int = 1, **config) -> Loader:
     """Build a loader from a config dict; invalid settings are rejected before any I/O."""
     cls = loader_class(name)
-    try:
-        validated = cls.Config(**config)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "config"
-        raise WorkbenchError(
-            f"invalid {name} loader setting '{field}': {first['msg']} (settings: {', '.join(cls.Config.model_fields)})"
-        ) from exc
-    return cls(settings, validated, worker_id, num_workers)
+    return cls(settings, validated(cls.Config, config, f"{name} loader setting", "settings"), worker_id, num_workers)

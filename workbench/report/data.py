@@ -14,19 +14,15 @@ from typing import Any
 import pandas as pd
 
 from workbench.backends import BACKENDS, backend_class
+from workbench.bench.points import AXES, SERIES_KNOBS
 from workbench.results import PROGRESS_FILE
 
-# Every knob a sweep varies (the keys of SweepConfig.points() plus what run_sweep adds per point).
-GRID_COLUMNS = ("loader", "backend", "rtt_ms", "bandwidth_mbps", "jitter_ms", "shard_maxcount", "shard_maxsize",
-                "concurrency", "prefetch_buffers", "batch_size", "workers", "decode", "compute_ms")
+# Every knob a sweep varies: the point's fields (workbench.bench.points) plus what run_sweep adds per point.
+GRID_COLUMNS = ("loader", "backend", *AXES, "jitter_ms")
 METRICS = ("samples_per_s", "mb_per_s", "batches_per_s", "first_epoch_samples_per_s", "later_epochs_samples_per_s",
            "time_to_first_batch_s", "batch_p50_ms", "batch_p95_ms", "batch_p99_ms", "accelerator_utilisation",
            "cpu_percent", "peak_rss_mb", "workers_peak_rss_mb", "gpu_util_percent")
 STATS = ("median", "min", "max")
-# Loader knobs that get a line of their own when a sweep varies them (bandwidth, layout and compute are
-# fixed per plot at their baseline, said in the plot's note).
-SERIES_KNOBS = {"concurrency": "conc", "prefetch_buffers": "prefetch", "batch_size": "batch", "workers": "workers",
-                "decode": "decode"}
 def is_local_backend(name: str) -> bool:
     """A backend read with no toxiproxy in between (its descriptor's proxy is None): RTT does not apply to it.
 

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.report.data import SERIES_KNOBS, Context, is_missing
+from workbench.bench.points import AXES
+from workbench.report.data import Context, is_missing
 from workbench.report.plots import Plot
 
 STYLE = """
@@ -83,12 +84,10 @@ def frame_table(frame: pd.DataFrame, digits: int = 2) -> str:
 def _grid_columns(ctx: Context) -> list[tuple[str, str]]:
     """Grid columns worth a column in the points table: always loader/backend/RTT, else those varied."""
     columns = [("point_id", "point"), ("loader", "loader"), ("backend", "backend"), ("rtt_ms", "RTT ms")]
-    optional = [("bandwidth_mbps", "bandwidth Mbit/s"), ("shard_maxcount", "shard maxcount"),
-                ("shard_maxsize", "shard maxsize"),
-                *((k, v) for k, v in SERIES_KNOBS.items()), ("jitter_ms", "jitter ms"), ("compute_ms", "compute ms")]
+    optional = [(name, a.label) for name, a in AXES.items() if name != "rtt_ms"] + [("jitter_ms", "jitter ms")]
     for column, label in optional:
         varied = len(ctx.values(column)) > 1
-        layout = column in ("shard_maxcount", "shard_maxsize") and bool(ctx.values(column))
+        layout = column in AXES and AXES[column].sharded_only and bool(ctx.values(column))
         if varied or layout:
             columns.append((column, label))
     return [(c, label) for c, label in columns if c in ctx.summary.columns]

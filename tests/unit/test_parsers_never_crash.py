@@ -46,6 +46,7 @@ from workbench.data import (
 )
 from workbench.data.shards import split_name
 from workbench.errors import WorkbenchError
+from workbench.layouts.objects import manifest_key
 from workbench.loaders.ignite import sample_item
 from workbench.loaders.s3_objects import default_manifest_parser
 
@@ -108,6 +109,18 @@ def test_manifest_parser(data):
     for key, label in result or []:
         assert isinstance(key, str) and key and not key.startswith("/")
         assert label is None or isinstance(label, int | str)
+
+
+manifest_keys = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=20).filter(
+    lambda k: not k.startswith("/") and k.strip("/"))
+
+
+@FAST
+@given(keys=st.lists(manifest_keys, min_size=1, max_size=5), labels=st.lists(st.integers(-5, 10**6), min_size=5))
+def test_manifest_writer_and_parser_agree(keys, labels):
+    """Whatever key the layout writes (spaces, '%', newlines, any script), the parser reads it back as written."""
+    text = "".join(f"{manifest_key(k)} {label}\n" for k, label in zip(keys, labels, strict=False))
+    assert list(default_manifest_parser(io.BytesIO(text.encode()))) == list(zip(keys, labels, strict=False))
 
 
 # ------------------------------------------------------------------------------- shard index and tar shards

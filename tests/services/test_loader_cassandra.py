@@ -188,6 +188,15 @@ def test_label_type_that_does_not_match_the_stored_labels(stack, loader, data):
               data_col="data", label_type="blob")
 
 
+def test_a_failed_prepare_fails_the_same_way_again(stack, loader, data):
+    d = data["cls"]  # the connection is made, the statement refused: no half-made state stays behind
+    with make_loader(loader, stack, dataset=d.name, table=f"{d.backend.keyspace}.data_train", id_col="id",
+                     label_col="label", data_col="data", label_type="blob") as source:
+        for _ in range(2):
+            with pytest.raises(WorkbenchError, match="has type int, not blob"):
+                list(source)
+
+
 # --------------------------------------------------------------------------------------- adapters
 
 

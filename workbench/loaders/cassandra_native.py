@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from workbench.clients import CassandraLoginRefused
-from workbench.clients.tls import STACK_CA_HINT, chained, one_line, speaks_tls, ssl_reason
+from workbench.clients.tls import STACK_CA_HINT, chained, speaks_tls, ssl_reason
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
@@ -52,6 +52,12 @@ _END = object()
 _THREAD = "cassandra-native-io"
 # acsylla's SSLVerifyFlags lacks the C driver's CASS_SSL_VERIFY_PEER_IDENTITY (IP address in the certificate).
 _VERIFY_NONE, _VERIFY_PEER_CERT, _VERIFY_PEER_IDENTITY, _VERIFY_PEER_IDENTITY_DNS = 0, 1, 2, 4
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of a driver error (its name when it has no text)."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def _acsylla() -> Any:
@@ -346,9 +352,15 @@ class CassandraNativeLoader(Loader):
             if self._io is None:
                 self._io = _EventLoop(f"{_THREAD}-{self.worker_id}")
             if self._session is None:
-                self._session = self._io.call(open_session(self.settings, self.config), self._safety_s)
-                self._statement = self._io.call(prepare(self._session, self._layout, self.settings.timeout_s),
-                                                self._safety_s)
+                session = self._io.call(open_session(self.settings, self.config), self._safety_s)
+                try:
+                    self._statement = self._io.call(prepare(session, self._layout, self.settings.timeout_s),
+                                                    self._safety_s)
+                except BaseException:  # a wrong table or label type: no half-made connection stays behind
+                    with contextlib.suppress(Exception):
+                        self._io.call(session.close(), self._safety_s)
+                    raise
+                self._session = session
             return self._layout, self._io
 
     def _connect_retrying(self) -> tuple[Layout, _EventLoop]:

@@ -302,3 +302,22 @@ def test_an_unreachable_port_names_host_and_port(secure, ingested):
     for loader in CASSANDRA_LOADERS:
         _fails_quickly(lambda loader=loader: _epoch(closed, loader, ingested, retries=0),
                        r"cannot reach Cassandra at 127\.0\.0\.1:1\b")
+
+
+@pytest.mark.parametrize("via_proxy", [False, True])
+@pytest.mark.parametrize("backend", ["cassandra", "s3-objects", "s3-shards"])
+def test_native_ceilings_read_the_split_over_tls_and_auth(secure, ingested, expected, backend, via_proxy):
+    from workbench.bench.native_ceilings import run_native_ceiling
+
+    run = run_native_ceiling(secure, backend, {"dataset": ingested, "via_proxy": via_proxy, "concurrency": 4})
+    assert run.counts == (len(expected), sum(len(data) for data, _ in expected.values()))
+
+
+def test_a_native_ceiling_refuses_an_untrusted_ca(untrusted, ingested):
+    from workbench.bench.native_ceilings import run_native_ceiling
+
+    for backend in ("cassandra", "s3-objects"):
+        start = time.monotonic()
+        with pytest.raises(WorkbenchError, match=r"certificate|x509|tls|TLS"):
+            run_native_ceiling(untrusted, backend, {"dataset": ingested}, run_timeout_s=30)
+        assert time.monotonic() - start < 15

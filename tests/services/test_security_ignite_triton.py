@@ -249,3 +249,12 @@ def test_no_secret_in_the_private_stack_logs_or_files(secure, dataset):
     leaks = [f"{f}" for f in files if f.is_file() for s in secret_values if s in f.read_text(errors="replace")]
     assert not leaks, leaks
     assert all(s not in repr(secure) for s in secret_values)
+
+
+@pytest.mark.parametrize("via_proxy", [False, True])
+def test_the_native_ignite_ceiling_reads_exactly_the_dataset_over_tls_with_login(secure, dataset, via_proxy):
+    from workbench.bench.native_ceilings import run_native_ceiling
+
+    name, expected, _ = dataset
+    run = run_native_ceiling(secure, "ignite", {"dataset": name, "via_proxy": via_proxy, "concurrency": 3})
+    assert run.counts == (len(expected), sum(map(len, expected.values())))

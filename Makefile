@@ -63,5 +63,6 @@ unit: venv
 
 # ruff, and the layers and no-import-circle contracts of pyproject.toml ([tool.importlinter]).
 lint: venv
-	$(BIN)/ruff check workbench tests pipelines
+	$(BIN)/ruff check workbench tests pipelines notebooks fuzz
 	$(BIN)/lint-imports
+	$(BIN)/python notebooks/sync.py --check

@@ -33,7 +33,7 @@ from typing import Annotated, Any
 import typer
 
 from workbench.config import Settings
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line, with_type
 
 FAULTS = ("reset_peer", "timeout", "latency", "bandwidth", "restart")
 # Enough to outlast a Cassandra restart (~40-60 s): retries keep going while the server is away.
@@ -216,9 +216,9 @@ def _one_epoch(settings: Settings, name: str, dataset: str, epoch: int, config: 
             record.after_samples = sum(got.values())
             strike()
     except WorkbenchError as exc:
-        record.error = str(exc).splitlines()[0][:300]
+        record.error = first_line(exc)
     except Exception as exc:  # an unexpected failure is a failed epoch too, not a crashed soak
-        record.error = f"unexpected {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        record.error = f"unexpected {with_type(exc)}"
     finally:
         if thread is not None:
             thread.join(180)

@@ -249,9 +249,9 @@ def bench_loaders_command(
 ) -> None:
     """Every loader vs its backend's native ceiling (a compiled client), at each round-trip time."""
     from workbench.bench.loaders import bench_loaders
-    from workbench.loaders import LOADERS, loader_class
+    from workbench.loaders import default_loaders
 
-    names = loader or [n for n in LOADERS if loader_class(n).benchmarked_by_default]
+    names = loader or default_loaders()
     rows = bench_loaders(get_settings(), names, count, mean_kb, concurrency, rtt_ms or [0.0, 50.0], repeats,
                          results_dir)
     table = Table("loader", "backend", "RTT ms", "samples/s", "min", "max", "MB/s", "/ ceiling", "/ own 0 ms",

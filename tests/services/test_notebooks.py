@@ -54,10 +54,10 @@ def drop(settings, backend: str, dataset: str) -> None:
     catalog.catalog_path(settings, backend, dataset).unlink(missing_ok=True)
 
 
-def test_notebooks_are_generated_from_make_notebooks():
+def test_notebooks_are_generated_from_their_sources():
     import subprocess
 
-    done = subprocess.run([sys.executable, str(NOTEBOOKS / "make_notebooks.py"), "--check"], capture_output=True,
+    done = subprocess.run([sys.executable, str(NOTEBOOKS / "sync.py"), "--check"], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     for path in sorted(NOTEBOOKS.glob("0*.ipynb")):

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from workbench.config import Settings
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
 from workbench.loaders import LOADERS, Item, loader_class, make_loader
 
 
@@ -82,7 +82,7 @@ def decode_image_bytes(data: bytes, key: str, mode: str = "RGB") -> torch.Tensor
     try:
         return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode[mode])
     except RuntimeError as exc:
-        raise WorkbenchError(f"sample {key}: cannot decode image ({str(exc).splitlines()[0]})") from exc
+        raise WorkbenchError(f"sample {key}: cannot decode image ({first_line(exc)})") from exc
 
 
 def resize_crop(image: torch.Tensor, size: int, **resize: Any) -> torch.Tensor:

@@ -24,7 +24,7 @@ from pydantic import Field
 from workbench.backends.base import Backend, LayoutOptions, Progress, StoredSample, storage_name
 from workbench.clients import cassandra_session
 from workbench.data import Sample
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
 
 if TYPE_CHECKING:
     from cassandra.cluster import Session
@@ -237,7 +237,7 @@ class CassandraBackend(Backend):
             )
         except InvalidRequest as exc:
             raise WorkbenchError(
-                f"cannot write split '{split}' to keyspace {self.keyspace}: {str(exc).splitlines()[0]} "
+                f"cannot write split '{split}' to keyspace {self.keyspace}: {first_line(exc)} "
                 "(was it prepared? the source's splits must be known before writing)"
             ) from exc
 
@@ -376,7 +376,7 @@ class _InFlight:
     def _failed(self, exc: BaseException, sample: Sample, what: str) -> None:
         error = WorkbenchError(
             f"writing sample {sample.name} ({what} row) to Cassandra failed: {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''} (re-run the ingest: it resumes)"
+            f"{first_line(exc)} (re-run the ingest: it resumes)"
         )
         error.__cause__ = exc
         self._record(error)

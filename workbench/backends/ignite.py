@@ -33,7 +33,7 @@ from pydantic import Field
 from workbench.backends.base import Backend, LayoutOptions, Progress, StoredSample, storage_name
 from workbench.clients import ignite_client
 from workbench.data import Sample
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
 
 if TYPE_CHECKING:
     from pyignite import Client
@@ -140,7 +140,7 @@ class IgniteBackend(Backend):
                         client.get_cache(self.ids_cache_name).destroy()  # ids of an earlier, destroyed cache
                     client.get_or_create_cache({PROP_NAME: self.ids_cache_name, **config})
             except (CacheError, SQLError) as exc:
-                raise WorkbenchError(f"cannot create Ignite cache {self.cache_name}: {_first_line(exc)}") from exc
+                raise WorkbenchError(f"cannot create Ignite cache {self.cache_name}: {first_line(exc)}") from exc
             self._check_layout(client, created=not existed)
 
     def _check_layout(self, client: Client, created: bool) -> None:
@@ -317,11 +317,6 @@ class IgniteBackend(Backend):
 # ---------------------------------------------------------------------------------------- helpers
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc)
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _uuid(key: Any, cache: str) -> uuid.UUID:
     try:
         return uuid.UUID(str(key))
@@ -402,7 +397,7 @@ def _run_bounded(put: Callable[[list], None], batches: Iterator[list], workers: 
             write_failed = True
             raise WorkbenchError(
                 f"writing {len(batch)} samples (from {batch[0][0].name}) to Ignite failed: {type(exc).__name__}: "
-                f"{_first_line(exc)} (re-run the ingest: it resumes)"
+                f"{first_line(exc)} (re-run the ingest: it resumes)"
             ) from exc
         except BaseException:
             write_failed = True

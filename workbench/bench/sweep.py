@@ -23,6 +23,7 @@ from workbench.bench.sweep_config import SweepConfig
 from workbench.config import PROXIED, Settings
 from workbench.data import SyntheticSource
 from workbench.environment import describe_environment
+from workbench.errors import with_type
 from workbench.ingest import ingest
 from workbench.loaders import loader_class, make_loader
 from workbench.net.toxiproxy import Toxiproxy
@@ -219,7 +220,7 @@ def run_sweep(
             except Exception as exc:  # a failing point is recorded and the sweep goes on
                 row.update(
                     status="error",
-                    error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                    error=with_type(exc)
                     if str(exc)
                     else traceback.format_exc(limit=1),
                 )

@@ -32,9 +32,9 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from workbench.clients.ignite import Endpoint, close_quietly, first_line, ignite_errors, settings_endpoint
+from workbench.clients.ignite import Endpoint, close_quietly, ignite_errors, settings_endpoint
 from workbench.config import Settings
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
 
 if TYPE_CHECKING:
     from pyignite import Client

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from workbench.clients.tls import STACK_CA_HINT, chained, one_line, speaks_tls, ssl_reason, verify_reason
+from workbench.clients.tls import STACK_CA_HINT, chained, speaks_tls, ssl_reason, verify_reason
 from workbench.config import Settings
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
 
 if TYPE_CHECKING:
     from cassandra.cluster import Cluster, Session
@@ -75,7 +75,7 @@ def cassandra_error(exc: BaseException, where: str, tls: bool, timeout_s: float)
     from cassandra import AuthenticationFailed
 
     endpoint, cause = _first_host_error(exc)
-    text = one_line(cause)
+    text = first_line(cause)
     if isinstance(cause, AuthenticationFailed):
         server_says = re.search(r'message="([^"]+)"', text)
         return chained(CassandraLoginRefused(

@@ -267,11 +267,6 @@ def close_quietly(client: Client) -> None:
         client.close()
 
 
-def first_line(exc: BaseException) -> str:
-    text = str(exc)
-    return text.splitlines()[0][:300] if text else type(exc).__name__
-
-
 def ignite_errors() -> tuple[type[BaseException], ...]:
     """What pyignite raises for server-side failures, lost connections and protocol trouble."""
     from pyignite.exceptions import CacheError, ParameterError, ParseError, ReconnectError, connection_errors

@@ -28,10 +28,6 @@ def chained(error: WorkbenchError, cause: BaseException | None) -> WorkbenchErro
     error.__suppress_context__ = True
     return error
 
-def one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
-
 def verify_reason(text: str) -> str:
     reason = text.split("certificate verify failed:", 1)[-1].split("(_ssl")[0].strip(" )")
     return reason or "untrusted certificate"

@@ -23,7 +23,6 @@ from typing import Any
 from workbench.clients.ignite import (
     Endpoint,
     close_quietly,
-    first_line,
     ignite_errors,
     partition_count,
     require_cache,
@@ -31,7 +30,7 @@ from workbench.clients.ignite import (
     settings_endpoint,
 )
 from workbench.config import Settings
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
 from workbench.loaders.ignite import describe_value
 
 DEFAULT_PARTITIONS = 1024

@@ -1,6 +1,15 @@
 """Loaders: one module per loading strategy; every one yields `Item`s and counts what it delivered."""
 
 from workbench.loaders.base import Item, Loader, LoaderConfig
-from workbench.loaders.registry import LOADERS, loader_class, make_loader, register_loader
+from workbench.loaders.registry import LOADERS, default_loaders, loader_class, make_loader, register_loader
 
-__all__ = ["LOADERS", "Item", "Loader", "LoaderConfig", "loader_class", "make_loader", "register_loader"]
+__all__ = [
+    "LOADERS",
+    "Item",
+    "Loader",
+    "LoaderConfig",
+    "default_loaders",
+    "loader_class",
+    "make_loader",
+    "register_loader",
+]

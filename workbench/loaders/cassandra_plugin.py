@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from workbench.config import Settings
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line, with_type
 from workbench.loaders.base import Item, LoaderConfig
 from workbench.loaders.cassandra import CassandraConfig, CassandraLoader, endpoints, resolve_layout, tls_of
 
@@ -63,7 +63,7 @@ def load_plugin() -> None:
         library = Path(utils.__path__[0]).parent.parent / PLUGIN_LIBRARY
         plugin_manager.load_library(str(library))
     except Exception as exc:  # ImportError, OSError, DALI's RuntimeError: a wheel for another platform
-        raise not_loadable(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+        raise not_loadable(with_type(exc)) from exc
     _loaded = True
 
 
@@ -149,7 +149,7 @@ class CassandraPluginLoader(CassandraLoader):
             raise WorkbenchError(
                 f"cannot build the cassandra-dali-plugin pipeline for {arguments['table']} at "
                 f"{', '.join(arguments['cassandra_ips'])}:{arguments['cassandra_port']}: "
-                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                f"{first_line(exc)}"
             ) from exc
         return pipe
 
@@ -181,7 +181,7 @@ class CassandraPluginLoader(CassandraLoader):
                 except Exception as exc:
                     raise WorkbenchError(
                         f"cassandra-dali-plugin failed reading {self._layout.name if self._layout else 'its table'}"
-                        f": {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                        f": {first_line(exc)}"
                     ) from exc
                 for i in range(len(data)):
                     if position == len(ids):  # the last batch is padded up to batch_size

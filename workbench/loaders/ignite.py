@@ -45,7 +45,6 @@ from pydantic import Field, SecretStr
 from workbench.backends import locate
 from workbench.clients.ignite import (
     ThreadClients,
-    first_line,
     ignite_errors,
     partition_count,
     require_cache,
@@ -54,7 +53,7 @@ from workbench.clients.ignite import (
 )
 from workbench.concurrency import in_flight
 from workbench.config import Settings
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, shuffle_buffer, take_shard
 from workbench.loaders.retry import RetryConfig, is_transient, policy_of

@@ -31,6 +31,11 @@ def register_loader(name: str, target: Entry) -> None:
     register(LOADERS, name, target, "loader")
 
 
+def default_loaders() -> list[str]:
+    """The loaders measured when none is named: ours, not the peers or GPU-only readers (their descriptors)."""
+    return [name for name in LOADERS if loader_class(name).benchmarked_by_default]
+
+
 def make_loader(name: str, settings: Settings, worker_id: int = 0, num_workers: int = 1, **config) -> Loader:
     """Build a loader from a config dict; invalid settings are rejected before any I/O."""
     cls = loader_class(name)

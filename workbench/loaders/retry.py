@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, Field
 
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, with_type
 
 T = TypeVar("T")
 
@@ -103,11 +103,6 @@ def is_transient(exc: BaseException) -> bool:
     return any(_transient_one(e) for e in _chain(exc))
 
 
-def _describe(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0][:300] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 @dataclass(frozen=True)
 class RetryPolicy:
     """Up to `attempts` tries within `budget_s` seconds, sleeping base_s * 2^n (capped at max_s, jittered)."""
@@ -152,7 +147,7 @@ class RetryPolicy:
                 if attempt >= self.attempts or elapsed + pause > self.budget_s:
                     raise WorkbenchError(
                         f"gave up on {what} after {attempt} attempt{'s' if attempt != 1 else ''} in "
-                        f"{elapsed:.1f} s: {_describe(error)}"
+                        f"{elapsed:.1f} s: {with_type(error)}"
                     ) from error
                 self.sleep(pause)
                 if on_retry is not None:

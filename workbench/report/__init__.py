@@ -10,17 +10,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from workbench.report import html, plots
 from workbench.report.data import GRID_COLUMNS, METRICS, Context, load, summarise
+from workbench.report.plots import Plot
 from workbench.results import write_atomically
 
-__all__ = ["GRID_COLUMNS", "METRICS", "Context", "build_report", "load", "summarise"]
+__all__ = ["GRID_COLUMNS", "METRICS", "Context", "Plot", "build_report", "load", "make_report", "summarise"]
 
 
 def build_report(results_dir: Path) -> Path:
     """Read `<results_dir>/runs.parquet` (+ config.json, environment.json), write `<results_dir>/summary.csv`
     and `<results_dir>/report/` (one PNG per plot and report.html); returns the HTML's path."""
-    from workbench.report import html, plots
+    return make_report(results_dir)[0]
 
+
+def make_report(results_dir: Path) -> tuple[Path, list[Plot]]:
+    """`build_report`, also returning every plot (title, PNG path or None, note) in the report's order."""
     results_dir = Path(results_dir)
     ctx = load(results_dir)
     out = results_dir / "report"
@@ -31,7 +36,7 @@ def build_report(results_dir: Path) -> Path:
     made = [make(ctx, out) for make in plots.ALL_PLOTS]
     page = out / "report.html"
     _atomic(page, html.render(ctx, made))
-    return page
+    return page, made
 
 
 def _atomic(path: Path, text: str) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from workbench.clients import cassandra_session, ignite_client, triton_client
 from workbench.config import Settings
+from workbench.errors import first_line
 from workbench.storage import s3_client
 
 PAYLOAD_BYTES = 110_000  # the mean size of an ImageNet JPEG
@@ -117,5 +118,5 @@ def probe_all(settings: Settings, repeats: int = 20) -> list[ProbeResult]:
                                            "" if ok else "payload came back different"))
             except Exception as exc:  # report every service, even when one fails
                 results.append(ProbeResult(service, path, len(payload), float("nan"), float("nan"), False,
-                                           str(exc).splitlines()[0][:160]))
+                                           first_line(exc, 160)))
     return results

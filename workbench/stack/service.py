@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from workbench.config import Settings
+from workbench.errors import first_line
 
 
 @dataclass
@@ -73,4 +74,4 @@ class Service(ABC):
         try:
             return self.probe()
         except Exception as exc:  # a probe failure of any kind means "not healthy", with the reason
-            return Health(False, detail=str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__)
+            return Health(False, detail=first_line(exc, 160))

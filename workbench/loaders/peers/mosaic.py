@@ -66,7 +66,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from workbench.config import Settings
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, with_type
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard
 from workbench.loaders.peers import trust_stack_ca
@@ -105,7 +105,7 @@ def _import_streaming():
         import streaming
     except ImportError as exc:
         raise WorkbenchError(
-            f"mosaicml-streaming is not usable here ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}): "
+            f"mosaicml-streaming is not usable here ({with_type(exc, 200)}): "
             "install the peers extra (`pip install mosaicml-streaming`)"
         ) from None
     return streaming

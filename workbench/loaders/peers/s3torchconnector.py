@@ -45,7 +45,7 @@ from pydantic import Field
 
 from workbench.concurrency import LazyPool, in_flight
 from workbench.config import Settings
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, with_type
 from workbench.layouts.objects import JOURNAL, MANIFEST
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
@@ -66,15 +66,10 @@ def _import_connector():
         from s3torchconnectorclient import S3Exception  # noqa: F401 - the native extension must load
     except ImportError as exc:
         raise WorkbenchError(
-            f"s3torchconnector is not usable here ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}): "
+            f"s3torchconnector is not usable here ({with_type(exc, 200)}): "
             "install the peers extra (`pip install s3torchconnector`; wheels exist for Linux/macOS x86_64 and arm64)"
         ) from None
     return s3torchconnector
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0][:300]}" if text else type(exc).__name__
 
 
 class S3TorchConnectorPeer(Loader):
@@ -123,7 +118,7 @@ class S3TorchConnectorPeer(Loader):
 
     def _fail(self, exc: BaseException, what: str) -> WorkbenchError:
         return WorkbenchError(
-            f"s3torchconnector failed {what} ({_first_line(exc)}) at "
+            f"s3torchconnector failed {what} ({with_type(exc)}) at "
             f"{self.settings.s3_endpoint(self.config.via_proxy)}: is MinIO up (`workbench stack status`) and was "
             "the dataset ingested into s3-objects?"
         )

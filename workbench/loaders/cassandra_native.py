@@ -31,7 +31,7 @@ from typing import Any, ClassVar, TypeVar
 from workbench.clients import CassandraLoginRefused
 from workbench.clients.tls import STACK_CA_HINT, chained, speaks_tls, ssl_reason
 from workbench.config import Settings
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.cassandra import (
     _CQL_LABEL,
@@ -52,12 +52,6 @@ _END = object()
 _THREAD = "cassandra-native-io"
 # acsylla's SSLVerifyFlags lacks the C driver's CASS_SSL_VERIFY_PEER_IDENTITY (IP address in the certificate).
 _VERIFY_NONE, _VERIFY_PEER_CERT, _VERIFY_PEER_IDENTITY, _VERIFY_PEER_IDENTITY_DNS = 0, 1, 2, 4
-
-
-def one_line(exc: BaseException) -> str:
-    """The first line of a driver error (its name when it has no text)."""
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def _acsylla() -> Any:
@@ -112,7 +106,7 @@ def connect_error(exc: BaseException, where: str, tls: bool, timeout_s: float,
     error as its cause, so the retry policy re-tries only that.
     """
     errors = _acsylla().errors
-    text = one_line(exc)
+    text = first_line(exc)
     if isinstance(exc, errors.CassErrorServerBadCredentials):
         server_says = re.search(r"error response '([^']+)'", text)
         return chained(CassandraLoginRefused(
@@ -176,7 +170,7 @@ def _configure_tls(cluster: Any, settings: Settings, config: CassandraConfig) ->
     try:
         cluster.set_ssl(True, own_cert, own_key, password, trusted, flags)
     except errors.CassErrorSourceSsl as exc:
-        raise WorkbenchError(f"cannot use the TLS files of the Cassandra loader: {one_line(exc)} (ssl_certificate "
+        raise WorkbenchError(f"cannot use the TLS files of the Cassandra loader: {first_line(exc)} (ssl_certificate "
                              f"{certificate}, ssl_own_certificate {config.ssl_own_certificate})") from None
 
 
@@ -214,7 +208,7 @@ async def prepare(session: Any, layout: Layout, timeout_s: float) -> Any:
     except (errors.CassErrorServerInvalidQuery, errors.CassErrorServerSyntaxError,
             errors.CassErrorServerUnauthorized) as exc:
         raise WorkbenchError(
-            f"cannot read {layout.name}: {one_line(exc)} (ingested? right table and columns?)") from exc
+            f"cannot read {layout.name}: {first_line(exc)} (ingested? right table and columns?)") from exc
     if layout.label_col is not None:
         query = _acsylla().create_statement(
             "SELECT column_name, type FROM system_schema.columns WHERE keyspace_name = ? AND table_name = ?",
@@ -249,7 +243,7 @@ async def list_ids(session: Any, layout: Layout, timeout_s: float) -> list[str]:
                 break
             state = result.page_state()
     except (acsylla.errors.CassErrorServerInvalidQuery, acsylla.errors.CassErrorServerSyntaxError) as exc:
-        raise WorkbenchError(f"cannot list the ids of {layout.ids_table}: {one_line(exc)}") from exc
+        raise WorkbenchError(f"cannot list the ids of {layout.ids_table}: {first_line(exc)}") from exc
     if not ids:
         raise WorkbenchError(f"{layout.ids_table} holds no ids: nothing to read (ingest the dataset first)")
     return sorted(ids)
@@ -416,7 +410,7 @@ class CassandraNativeLoader(Loader):
             except Exception as exc:
                 if not transient(exc):
                     raise WorkbenchError(f"reading sample {key} {what} failed: {type(exc).__name__}: "
-                                         f"{one_line(exc)}") from exc
+                                         f"{first_line(exc)}") from exc
                 first = exc
             # Backoff sleeps and re-reads in a thread of their own (rare), with the shared RetryPolicy.
             return await asyncio.get_running_loop().run_in_executor(

@@ -1,9 +1,11 @@
-"""A WebDataset tar shard as the s3-shards loader, `verify` and the fs layout read it (`read_shard`)."""
+"""A WebDataset tar shard as the s3-shards loader, `verify` and the fs layout read it (`read_shard`, `sample_item`)."""
 
 from common import fuzz, instrumented, tiny_samples
 
 with instrumented():
     from workbench.data import check_entries, pack_shards, read_shard
+    from workbench.errors import WorkbenchError
+    from workbench.layouts.shards import sample_item
 
 
 def target(data: bytes) -> None:
@@ -11,6 +13,13 @@ def target(data: bytes) -> None:
         assert isinstance(entries["__key__"], str)
         reason = check_entries(entries)
         assert reason is None or isinstance(reason, str)
+        for label_type in ("int", "blob", "none", "any"):  # what every shard reader makes of the entries
+            try:
+                item = sample_item({**entries, "__url__": "fuzz.tar"}, label_type)
+            except WorkbenchError as exc:
+                assert "\n" not in str(exc), repr(exc)
+                continue
+            assert isinstance(item.key, str) and isinstance(item.data, bytes)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import tarfile
 import tempfile
 import uuid
 from collections import OrderedDict
@@ -47,6 +48,7 @@ from workbench.data import (
 from workbench.data.shards import split_name
 from workbench.errors import WorkbenchError
 from workbench.layouts.objects import manifest_key
+from workbench.layouts.shards import sample_item as shard_item
 from workbench.loaders.ignite import sample_item
 from workbench.loaders.s3_objects import default_manifest_parser
 
@@ -167,6 +169,36 @@ def test_tar_shard_reader(data):
         assert isinstance(entries["__key__"], str)
         reason = check_entries(entries)
         assert reason is None or isinstance(reason, str)
+        for label_type in ("int", "blob", "none", "any"):  # what every shard reader makes of the entries
+            item = outcome(shard_item, {**entries, "__url__": "fuzz.tar"}, label_type)
+            assert item is None or isinstance(item.data, bytes)
+
+
+def _tar(members: list[tuple[str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, payload in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    return buf.getvalue()
+
+
+member_names = st.tuples(st.sampled_from(["k1", "k2", "a/k1", "k\n2", "é"]),
+                         st.sampled_from(["jpg", "png", "cls", "uid", "sum", "npy", "seg.png", "lbl", ""])).map(
+    lambda t: f"{t[0]}.{t[1]}" if t[1] else t[0])
+payloads = (st.sampled_from([b"", b"7", b"-3", b"\xb2", b"x", b"\xff\xfe", b"1" * 5000, b"0e6f1c3a"])
+            | st.binary(max_size=8))
+
+
+@FAST
+@given(members=st.lists(st.tuples(member_names, payloads), max_size=6))
+def test_shard_entries_from_any_tar(members):
+    """Well-formed tars with any member names and payloads: labels, ids and image entries as every reader takes them."""
+    for entries in outcome(lambda: list(read_shard(_tar(members), "fuzz.tar"))) or []:
+        for label_type in ("int", "blob", "none", "any"):
+            item = outcome(shard_item, {**entries, "__url__": "fuzz.tar"}, label_type)
+            assert item is None or (isinstance(item.key, str) and isinstance(item.data, bytes))
 
 
 def test_tar_shard_round_trip():

@@ -309,16 +309,25 @@ def fetch_shard(store: Store, split: str, info: ShardInfo) -> bytes:
 
 def sample_item(entries: dict[str, Any], label_type: str) -> Item:
     """An Item from one sample's entries: key = the ``uid`` entry, data = the image (first) entry, label per type."""
-    where = f"sample {entries.get('__key__')} in {entries.get('__url__', 'a shard')}"
+    where = f"sample {_shown(entries.get('__key__'))} in {entries.get('__url__', 'a shard')}"
     raw_id = entries.get(ID_ENTRY)
     if raw_id is None:
         raise WorkbenchError(f"{where} has no '{ID_ENTRY}' entry: not a workbench shard (ingest with workbench)")
-    key = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
-    where = f"sample {key} in {entries.get('__url__', 'a shard')}"
+    try:
+        key = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+    except UnicodeDecodeError:
+        raise WorkbenchError(f"{where}: its '{ID_ENTRY}' entry is not UTF-8 text: not a workbench shard") from None
+    where = f"sample {_shown(key)} in {entries.get('__url__', 'a shard')}"
     image_ext = next((k for k in entries if not k.startswith("__")), None)
     if image_ext is None or image_ext in META_ENTRIES:
         raise WorkbenchError(f"{where} has no image entry")
     return Item(key, entry_label(entries, image_ext, label_type, where), entries[image_ext])
+
+
+def _shown(name: object) -> str:
+    """A name from a shard as printed in an error: as is, or quoted and escaped when it holds newlines."""
+    text = str(name)
+    return text if text.isprintable() else repr(text)
 
 
 def shard_items(data: bytes, where: str, label_type: str) -> Iterator[Item]:

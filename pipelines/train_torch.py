@@ -122,13 +122,17 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
           batch_size: int | None = None, *, model: str | None = None, size: int | None = None,
           num_classes: int = 1000, workers: int = 2, device: str | None = None, amp: bool | None = None,
           threads: int | None = None, dali_threads: int = 2, fetch_workers: int = 0, warmup: int | None = None,
-          lr: float = 0.01,
+          lr: float = 0.01, val_split: str | None = None,
+          wrap_batches: Callable[[Callable[[int], Iterable[tuple]]], Callable[[int], Iterable[tuple]]] | None = None,
           ceiling: bool = True, results_dir=None, quiet: bool = False, **loader_config: Any) -> dict:
     """Train the classifier `steps` steps from `loader` and measure; returns the report row as a dict.
 
     Keys include ``images_per_s``, ``ceiling`` (no-I/O images/s of the same model), ``ratio``,
     ``loss`` (the last step's), ``timed_images`` and ``timed_seconds`` (after `warmup` untimed steps),
     ``wall_seconds`` and the configuration.
+    With `val_split`, the trained model then classifies that split once, read and decoded the same way
+    (``val_accuracy``, ``val_correct``, ``val_samples``); `wrap_batches` wraps the training batches (the
+    accuracy tests' label scrambler, `pipelines.accuracy.scramble_labels`).
     Extra keyword arguments are loader settings (``concurrency``, ``split``, ``via_proxy``...).
     """
     if decode not in DECODERS:
@@ -153,6 +157,8 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
     else:
         make_epoch, close = torch_epochs(loader, settings, dataset, batch_size, size, workers, dev,
                                          **loader_config), (lambda: None)
+    if wrap_batches is not None:
+        make_epoch = wrap_batches(make_epoch)
 
     def check(images, labels) -> None:
         low, high = int(labels.min()), int(labels.max())
@@ -168,12 +174,15 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
     loss = step.last_loss
     wall = time.perf_counter() - started
     top = no_io_ceiling(step.clone(), batch_size, steps, warmup=warmup) if ceiling else math.nan
+    if val_split is not None:
+        val = validate(step, loader, settings, dataset, batch_size, size, decode, workers, dali_threads,
+                       {**loader_config, "split": val_split, "shuffle": False})
     config = {"loader": loader, "dataset": dataset, "decode": decode, "model": arch, "size": size,
               "batch_size": batch_size, "steps": steps, "warmup": warmup, "device": str(dev), "amp": step.amp,
               "workers": workers if decode == "torch" else fetch_workers,
               "loader_config": {k: v for k, v in loader_config.items() if "password" not in k}}
     extra = {"loss": round(loss, 4), "timed_images": meter.images, "timed_seconds": round(meter.seconds, 3),
-             "wall_seconds": round(wall, 2)}
+             "wall_seconds": round(wall, 2), **(val if val_split is not None else {})}
     name = f"train_torch-{loader}-{decode}"
     if quiet:
         row = {"pipeline": name, **config, "images_per_s": images_per_s, "ceiling_images_per_s": top,
@@ -182,6 +191,25 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
         row = report(name, images_per_s, top, config, results_dir, settings=settings, extra=extra)
     return {**row, "images_per_s": images_per_s, "ceiling": top, "ratio": ratio_of(images_per_s, top),
             "loss": loss}
+
+
+def validate(step: TrainStep, loader: str, settings, dataset: str, batch_size: int, size: int, decode: str,
+             workers: int, dali_threads: int, config: dict[str, Any]) -> dict[str, Any]:
+    """One pass of the trained model over `config`'s split, decoded as in training: accuracy keys for the row."""
+    from pipelines.accuracy import accuracy_row, classify_epoch, step_predictor
+
+    dev = step.device
+    if decode == "dali":
+        make_epoch, close = dali_epochs(loader, settings, dataset, batch_size, size, dev, dali_threads, 0, **config)
+    else:
+        make_epoch, close = torch_epochs(loader, settings, dataset, batch_size, size, workers, dev,
+                                         **config), (lambda: None)
+    try:
+        correct, seen = classify_epoch(step_predictor(step), make_epoch(0))
+    finally:
+        close()
+        step.model.train()
+    return {**accuracy_row(correct, seen, config["split"]), "val_correct": correct}
 
 
 # ---------------------------------------------------------------------------------------------------- CLI
@@ -208,6 +236,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda when present)")
     p.add_argument("--no-amp", action="store_true", help="float32 even on a GPU")
     p.add_argument("--split", default="train")
+    p.add_argument("--val-split", default=None, help="then classify this split once: validation accuracy")
+    p.add_argument("--lr", type=float, default=0.01)
     add_run_flags(p)
     return p
 
@@ -218,7 +248,7 @@ def main(argv: list[str] | None = None) -> dict:
                  model=args.model, size=args.size, num_classes=args.num_classes, workers=args.workers,
                  device=args.device, amp=False if args.no_amp else None, threads=args.threads,
                  dali_threads=args.dali_threads, fetch_workers=args.fetch_workers, warmup=args.warmup,
-                 results_dir=args.results_dir,
+                 results_dir=args.results_dir, val_split=args.val_split, lr=args.lr,
                  split=args.split, **loader_options(args.option))
 
 

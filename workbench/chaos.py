@@ -32,8 +32,13 @@ from typing import Annotated, Any
 
 import typer
 
-from workbench.config import Settings
+from workbench.backends import backend_class, make_backend
+from workbench.config import Settings, get_settings
 from workbench.errors import WorkbenchError, first_line, with_type
+from workbench.loaders import loader_class, make_loader
+from workbench.net.toxiproxy import Toxiproxy
+from workbench.stack import up
+from workbench.stack.process import ManagedProcess
 
 FAULTS = ("reset_peer", "timeout", "latency", "bandwidth", "restart")
 # Enough to outlast a Cassandra restart (~40-60 s): retries keep going while the server is away.
@@ -93,8 +98,6 @@ class ChaosReport:
 
 def proxy_of(loader: str) -> str:
     """The toxiproxy path of the loader's backend (its descriptor); a local backend has none to break."""
-    from workbench.backends import backend_class
-    from workbench.loaders import loader_class
 
     backend = backend_class(loader_class(loader).backend)
     if backend.proxy is None:
@@ -104,16 +107,11 @@ def proxy_of(loader: str) -> str:
 
 def restartable_service(loader: str) -> str | None:
     """The stack service a restart fault may kill for this loader (its backend's descriptor), or None."""
-    from workbench.backends import backend_class
-    from workbench.loaders import loader_class
 
     return backend_class(loader_class(loader).backend).restartable_service
 
 
 def expected_ids(settings: Settings, loader: str, dataset: str) -> Counter:
-    from workbench.backends import make_backend
-    from workbench.loaders import loader_class
-
     ids = make_backend(loader_class(loader).backend, settings, dataset).stored_ids()
     if not ids:
         raise WorkbenchError(f"dataset '{dataset}' holds no sample in {loader_class(loader).backend}: ingest it first")
@@ -124,8 +122,6 @@ class _Faults:
     """Injects one fault at a time and remembers what must be restored."""
 
     def __init__(self, settings: Settings) -> None:
-        from workbench.net.toxiproxy import Toxiproxy
-
         self.settings = settings
         self.toxi = Toxiproxy(settings)
         self.killed: set[str] = set()
@@ -141,9 +137,6 @@ class _Faults:
                 self.toxi.remove_toxic(proxy, name)
 
     def _restart(self, service: str) -> None:
-        from workbench.stack import up
-        from workbench.stack.process import ManagedProcess
-
         self.killed.add(service)
         ManagedProcess(service, self.settings.state_dir / "run").kill()
         rows = up(self.settings, [service])
@@ -168,7 +161,6 @@ class _Faults:
 
     def restore(self) -> bool:
         """A clean network and every killed service healthy again; True when all are healthy."""
-        from workbench.stack import up
 
         healthy = True
         with contextlib.suppress(WorkbenchError):
@@ -189,7 +181,6 @@ class _Faults:
 
 def _one_epoch(settings: Settings, name: str, dataset: str, epoch: int, config: dict[str, Any],
                faults: _Faults, record: FaultRecord, expected: Counter, pace_s: float) -> None:
-    from workbench.loaders import make_loader
 
     fault_error: list[BaseException] = []
 
@@ -242,7 +233,6 @@ def run_chaos(settings: Settings, loaders: list[str], dataset: str, duration_s: 
     called after each epoch. The soak may overrun `duration_s` by the epoch under way (a Cassandra
     restart: up to ~1-2 min).
     """
-    from workbench.loaders import loader_class
 
     if not loaders:
         raise WorkbenchError("give at least one loader to run chaos on")
@@ -329,7 +319,6 @@ def chaos_command(
     """Run a chaos soak and print faults injected/survived, samples lost/duplicated and failed epochs."""
     from rich.console import Console
 
-    from workbench.config import get_settings
 
     console = Console()
     names = [n.strip() for n in loaders.split(",") if n.strip()]

@@ -11,10 +11,24 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from workbench.backends import backend_class, make_backend
+from workbench.bench.ingest import ALL_BACKENDS, bench_ingest
+from workbench.bench.loaders import bench_loaders
+from workbench.bench.sweep import run_sweep
+from workbench.bench.sweep_config import load_sweep_config
+from workbench.catalog import catalog_path
 from workbench.chaos import chaos_command
 from workbench.cli_inference import inference_app
 from workbench.config import Settings, ensure_credentials, get_settings
+from workbench.data import parse_source
 from workbench.errors import WorkbenchError
+from workbench.ingest import BadImagesError, ingest, read_catalog, verify
+from workbench.loaders import default_loaders
+from workbench.report import build_report
+from workbench.results import check_writable
+from workbench.stack import down, logs, provision, status, up
+from workbench.stack.compose import write_compose_config
+from workbench.stack.probe import probe_all
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 stack_app = typer.Typer(no_args_is_help=True, help="Run the real servers: Cassandra, MinIO, Ignite, Triton, toxiproxy.")
@@ -52,7 +66,6 @@ def init() -> None:
 @stack_app.command("up")
 def stack_up(services: Services = None, stack: StackMode = None) -> None:
     """Provision (first time only) and start the servers; wait until each answers a real request."""
-    from workbench.stack import up
 
     if ensure_credentials():
         console.print("wrote generated credentials to .env (kept out of git)")
@@ -65,7 +78,6 @@ def stack_up(services: Services = None, stack: StackMode = None) -> None:
 @stack_app.command("compose-config")
 def stack_compose_config() -> None:
     """Write the configuration files docker-compose.yml mounts (auth; TLS with WORKBENCH_TLS=1)."""
-    from workbench.stack.compose import write_compose_config
 
     if ensure_credentials():
         console.print("wrote generated credentials to .env (kept out of git)")
@@ -78,7 +90,6 @@ def stack_compose_config() -> None:
 @stack_app.command("provision")
 def stack_provision(services: Services = None) -> None:
     """Download and build the servers' artifacts into the cache, without starting them."""
-    from workbench.stack import provision
 
     errors = provision(get_settings(), services)
     for name, error in errors.items():
@@ -90,7 +101,6 @@ def stack_provision(services: Services = None) -> None:
 @stack_app.command("down")
 def stack_down(services: Services = None) -> None:
     """Stop the servers this stack started (by pid file, never by name)."""
-    from workbench.stack import down
 
     stopped = down(get_settings(), services)
     console.print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
@@ -99,7 +109,6 @@ def stack_down(services: Services = None) -> None:
 @stack_app.command("status")
 def stack_status(services: Services = None) -> None:
     """Service, version, address, healthy, pid."""
-    from workbench.stack import status
 
     rows = status(get_settings(), services)
     print_status(rows)
@@ -110,7 +119,6 @@ def stack_status(services: Services = None) -> None:
 @stack_app.command("logs")
 def stack_logs(service: str, lines: Annotated[int, typer.Option("-n", help="last N lines")] = 50) -> None:
     """The last lines of a server's log."""
-    from workbench.stack import logs
 
     print(logs(get_settings(), service, lines))
 
@@ -118,7 +126,6 @@ def stack_logs(service: str, lines: Annotated[int, typer.Option("-n", help="last
 @stack_app.command("probe")
 def stack_probe(repeats: Annotated[int, typer.Option(min=1)] = 20) -> None:
     """Write and read one 110 KB sample through every service, directly and through toxiproxy."""
-    from workbench.stack.probe import probe_all
 
     results = probe_all(get_settings(), repeats)
     table = Table("service", "path", "bytes", "read RTT median ms", "min ms", "round trip ok",
@@ -167,10 +174,6 @@ def ingest_command(
         "rest; fail = check all first, write nothing, exit 1 naming them")] = OnBad.skip,
 ) -> None:
     """Write a dataset into a backend's layout; re-running adds nothing, an interrupted run resumes."""
-    from workbench.backends import make_backend
-    from workbench.catalog import catalog_path
-    from workbench.data import parse_source
-    from workbench.ingest import BadImagesError, ingest
 
     settings = get_settings()
     src = parse_source(source)
@@ -195,9 +198,6 @@ def verify_command(
     source: Annotated[str | None, typer.Option(help="the source to compare with (default: from the catalog)")] = None,
 ) -> None:
     """Re-read every stored sample and report missing, extra and mismatching ones."""
-    from workbench.backends import backend_class, make_backend
-    from workbench.data import parse_source
-    from workbench.ingest import read_catalog, verify
 
     settings = get_settings()
     record = read_catalog(settings, backend, dataset)
@@ -225,7 +225,6 @@ def bench_ingest_command(
     results_dir: Annotated[Path, typer.Option()] = Path("results/bench-ingest"),
 ) -> None:
     """Ingest MB/s per backend for the same in-memory synthetic samples."""
-    from workbench.bench.ingest import ALL_BACKENDS, bench_ingest
 
     rows = bench_ingest(get_settings(), backend or ALL_BACKENDS, count, mean_kb, repeats, results_dir)
     table = Table("backend", "samples", "MB", "MB/s median", "min", "max", "samples/s",
@@ -248,8 +247,6 @@ def bench_loaders_command(
     results_dir: Annotated[Path, typer.Option()] = Path("results/bench-loaders"),
 ) -> None:
     """Every loader vs its backend's native ceiling (a compiled client), at each round-trip time."""
-    from workbench.bench.loaders import bench_loaders
-    from workbench.loaders import default_loaders
 
     names = loader or default_loaders()
     rows = bench_loaders(get_settings(), names, count, mean_kb, concurrency, rtt_ms or [0.0, 50.0], repeats,
@@ -273,9 +270,6 @@ def sweep_command(
     report: Annotated[bool, typer.Option(help="build the report when the sweep ends")] = True,
 ) -> None:
     """Run a throughput/latency sweep over network, layout and loader settings."""
-    from workbench.bench.sweep import run_sweep
-    from workbench.bench.sweep_config import load_sweep_config
-    from workbench.results import check_writable
 
     cfg = load_sweep_config(config)  # invalid configs fail here, before anything runs
     check_writable(results_root / cfg.name)
@@ -289,7 +283,6 @@ def sweep_command(
 @app.command("report")
 def report_command(results_dir: Annotated[Path, typer.Argument(help="a sweep's results folder")]) -> None:
     """Plots and one HTML page from a sweep's results."""
-    from workbench.report import build_report
 
     console.print(f"report: {build_report(results_dir)}")
 

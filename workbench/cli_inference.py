@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from workbench.bench.inference import DEFAULT_RESULTS, sweep_inference
+from workbench.config import get_settings
 from workbench.errors import WorkbenchError
 
 # ------------------------------------------------------------------------------------ command line
@@ -72,7 +73,6 @@ def inference_command(
                            f"{row['latency_ms_p95']:.1f}", f"{row['latency_ms_p99']:.1f}",
                            f"{row['loader_wait_ms_mean']:.1f}")
 
-    from workbench.config import get_settings
 
     rows = sweep_inference(
         get_settings(), model, loader, dataset, _ints(concurrency, [1, 4, 8]), _ints(batch_size, [1, 8]),

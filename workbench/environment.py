@@ -8,6 +8,9 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from workbench.gpu import gpus  # NVML: "<name>, <memory> MiB" per GPU, empty without one
+from workbench.stack import status
+
 PACKAGES = ("workbench", "numpy", "pillow", "cassandra-driver", "boto3", "pyignite", "tritonclient", "webdataset",
             "torch", "torchvision", "tensorflow", "nvidia-dali-cuda120", "nvidia-pytriton", "s3torchconnector",
             "mosaicml-streaming", "pandas", "lightning", "keras")
@@ -24,8 +27,6 @@ def _cpu_model() -> str:
 
 
 def _gpus() -> list[str]:
-    from workbench.gpu import gpus  # NVML: "<name>, <memory> MiB" per GPU, empty without one
-
     return gpus()
 
 
@@ -52,7 +53,6 @@ def package_versions() -> dict[str, str]:
 
 def server_versions(settings) -> dict[str, str]:
     """Versions the running servers report (empty for a service that does not answer)."""
-    from workbench.stack import status
 
     try:
         return {row.service: row.version for row in status(settings) if row.healthy}

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from workbench import catalog
 from workbench.backends.base import Backend
-from workbench.data import Sample, Source, verify_image
+from workbench.data import Sample, Source, checksum, verify_image
 from workbench.errors import WorkbenchError
 
 ON_BAD = ("skip", "fail")
@@ -142,7 +142,6 @@ def source_splits(source: Source) -> list[str]:
 
 def verify(source: Source, backend: Backend) -> VerifyReport:
     """Re-read everything the backend holds and compare ids and content checksums with the source."""
-    from workbench.data import checksum
 
     expected = {s.id: (s.name, s.checksum) for s in source}
     found: Counter = Counter()

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from workbench.backends import locate
+from workbench.clients import speaks_tls, triton_client
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 
@@ -126,7 +127,6 @@ def server_error(exc: Exception, model: str, protocol: str, settings: Settings |
 
 def _unreachable(settings: Settings, protocol: str, via_proxy: bool, message: str) -> str:
     """Why Triton could not be reached and what to do: untrusted certificate, TLS mismatch, or down."""
-    from workbench.clients import speaks_tls
 
     host, port = settings.host, settings.port(f"triton_{protocol}", via_proxy)
     where = f"{host}:{port}"
@@ -157,7 +157,6 @@ def infer(settings: Settings, model: str, inputs: dict[str, np.ndarray], protoco
     """One synchronous request; outputs by name. A server-side error raises InferenceError."""
     from tritonclient.utils import InferenceServerException
 
-    from workbench.clients import triton_client
 
     module = client_module(check_protocol(protocol))
     client = triton_client(settings, protocol, via_proxy)

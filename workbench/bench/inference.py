@@ -21,8 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.bench.metrics import percentile
+from workbench.clients import triton_client
 from workbench.config import Settings
+from workbench.environment import describe_environment
 from workbench.errors import WorkbenchError
+from workbench.loaders import loader_class, make_loader
+from workbench.results import check_writable, write_results
 from workbench.serving import (
     MODELS,
     InferenceError,
@@ -98,7 +103,6 @@ async def _run_point(settings: Settings, model: str, protocol: str, batches: Ite
     """`warmup` + `requests` requests, `concurrency` in flight; throughput over the requests after warm-up."""
     from tritonclient.utils import InferenceServerException
 
-    from workbench.clients import triton_client
 
     module = client_module(protocol, aio=True)
     url = f"{settings.host}:{settings.port(f'triton_{protocol}', via_proxy)}"
@@ -203,7 +207,6 @@ def _uuid_batches(keys: Sequence[str], batch_size: int) -> Iterator[tuple[dict, 
 
 def list_keys(settings: Settings, loader_name: str, dataset: str, limit: int, **loader_options) -> list[str]:
     """Up to `limit` sample keys of the dataset, as the loader yields them (read once, before timing)."""
-    from workbench.loaders import make_loader
 
     keys: list[str] = []
     with make_loader(loader_name, settings, dataset=dataset, **loader_options) as loader:
@@ -217,8 +220,6 @@ def list_keys(settings: Settings, loader_name: str, dataset: str, limit: int, **
 
 
 def _summary(point: PointResult) -> dict[str, float]:
-    from workbench.bench.metrics import percentile
-
     lat = point.latencies_ms
     seconds = point.seconds if point.seconds > 0 else float("nan")
     return {
@@ -286,15 +287,12 @@ def sweep_inference(
         raise WorkbenchError(f"batch size {max(batch_sizes)} is over the models' max_batch_size of 64")
     if samples < 1:
         raise WorkbenchError(f"samples must be >= 1, got {samples}")
-    from workbench.loaders import loader_class, make_loader
 
     loader_class(loader_name)  # unknown loader names fail before any I/O
     options = {"split": split, **(loader_options or {})}
     make_loader(loader_name, settings, dataset=dataset, **options).close()  # invalid options fail before any I/O
     timeout = timeout_s or max(settings.timeout_s, 30.0)
     if results_dir is not None:
-        from workbench.results import check_writable
-
         check_writable(results_dir)
     parameters = None
     if kind == "uuid":
@@ -324,9 +322,6 @@ def sweep_inference(
         if progress is not None:
             progress(row)
     if results_dir is not None:
-        from workbench.environment import describe_environment
-        from workbench.results import write_results
-
         name = name or f"{model}-{loader_name}-{dataset}"
         write_results(results_dir, name, rows, describe_environment(settings))
     return rows

@@ -12,8 +12,10 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from workbench.backends import backend_class
 from workbench.bench.points import AXES, SweepPoint
 from workbench.errors import WorkbenchError
+from workbench.loaders import LOADERS, loader_class
 
 
 class Strict(BaseModel):
@@ -79,8 +81,6 @@ class SweepConfig(Strict):
     @field_validator("loaders")
     @classmethod
     def _known_loaders(cls, names: list[str]) -> list[str]:
-        from workbench.loaders import LOADERS
-
         unknown = [n for n in names if n not in LOADERS]
         if unknown:
             raise ValueError(f"unknown loader(s) {', '.join(unknown)}; valid: {', '.join(sorted(LOADERS))}")
@@ -95,8 +95,6 @@ class SweepConfig(Strict):
 
     def points(self) -> list[SweepPoint]:
         """The grid: for each loader, the product of every axis's values (sharded-only axes: None elsewhere)."""
-        from workbench.backends import backend_class
-        from workbench.loaders import loader_class
 
         points = []
         for name in self.loaders:

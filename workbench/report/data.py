@@ -15,6 +15,7 @@ import pandas as pd
 
 from workbench.backends import BACKENDS, backend_class
 from workbench.bench.points import AXES, SERIES_KNOBS
+from workbench.errors import WorkbenchError
 from workbench.results import PROGRESS_FILE
 
 # Every knob a sweep varies: the point's fields (workbench.bench.points) plus what run_sweep adds per point.
@@ -332,8 +333,6 @@ def load(results_dir: Path) -> Context:
     elif csv.exists():
         runs = pd.read_csv(csv)
     else:
-        from workbench.errors import WorkbenchError
-
         raise WorkbenchError(f"no runs.parquet or runs.csv in {results_dir}: run a sweep first (`workbench sweep`)")
     if "status" not in runs.columns:
         runs["status"] = "ok"

@@ -20,6 +20,7 @@ from workbench.errors import WorkbenchError
 from workbench.stack.java import java_command
 from workbench.stack.provision import maven_fetch
 from workbench.stack.service import Health, Launch, Service
+from workbench.stack.tls import Certificates
 
 CASSANDRA_YAML = """\
 # Written by `workbench stack up`: a single-node Cassandra for benchmarks, data under the stack state dir.
@@ -119,8 +120,6 @@ class Cassandra(Service):
             authorizer="CassandraAuthorizer" if self.password_auth else "AllowAllAuthorizer",
         )
         if s.tls:
-            from workbench.stack.tls import Certificates
-
             certs = Certificates(s.certificates_dir())
             text += CLIENT_TLS_YAML.format(keystore=certs.keystore, password=certs.keystore_password())
         return text

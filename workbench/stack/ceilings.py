@@ -19,6 +19,7 @@ from pathlib import Path
 
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
+from workbench.stack.ignite import Ignite
 from workbench.stack.provision import is_complete, mark_complete, require_tool, run_streamed
 
 SOURCES = Path(__file__).resolve().parents[2] / "ceilings"
@@ -63,7 +64,6 @@ def go_program(settings: Settings, name: str) -> Path:
 
 def ignite_lib(settings: Settings) -> Path:
     """The ignite-core jars of the stack's Ignite (fetched with Maven when the stack has not yet)."""
-    from workbench.stack.ignite import Ignite
 
     ignite = Ignite(settings)
     if not is_complete(ignite.home):
@@ -73,7 +73,6 @@ def ignite_lib(settings: Settings) -> Path:
 
 def java_classpath(settings: Settings) -> list[Path]:
     """Classpath of the Java ceiling (its classes + the Ignite jars), compiled on first use."""
-    from workbench.stack.ignite import Ignite
 
     lib = ignite_lib(settings)
     home = settings.cache_dir / f"ceilings-java-{_digest(SOURCES / 'java', Ignite.version)}"

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
+from workbench.stack.ceilings import provision_ceilings  # the native ceilings of the provisioned services
 from workbench.stack.process import ManagedProcess
 from workbench.stack.registry import SERVICES
 from workbench.stack.service import Health, Service
+from workbench.stack.tls import ensure_certificates  # cryptography is needed only with TLS
 
 
 @dataclass
@@ -76,8 +78,6 @@ def up(settings: Settings, names: list[str] | None = None) -> list[ServiceStatus
     services = select(settings, names)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     if settings.tls:
-        from workbench.stack.tls import ensure_certificates  # cryptography is needed only with TLS
-
         ensure_certificates(settings)
     errors = provision(settings, names)
     started: list[Service] = []
@@ -119,7 +119,6 @@ def provision(settings: Settings, names: list[str] | None = None) -> dict[str, s
     services = select(settings, names)
     with ThreadPoolExecutor(max_workers=len(services)) as pool:
         errors = dict(zip([s.name for s in services], pool.map(_prepare, services), strict=True))
-    from workbench.stack.ceilings import provision_ceilings  # the native ceilings of the provisioned services
 
     provision_ceilings(settings, [name for name, error in errors.items() if error is None])
     return errors

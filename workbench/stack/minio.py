@@ -14,6 +14,7 @@ from pathlib import Path
 
 from workbench.stack.provision import go_install
 from workbench.stack.service import Health, Launch, Service
+from workbench.stack.tls import Certificates
 from workbench.storage import s3_client
 
 MODULE = "github.com/minio/minio"
@@ -46,7 +47,6 @@ class MinIO(Service):
 
     def certs_dir(self) -> Path:
         """MinIO's certificate folder, refreshed from the stack's TLS material at every start."""
-        from workbench.stack.tls import Certificates
 
         certs = Certificates(self.settings.certificates_dir())
         folder = self.data_dir / "certs"

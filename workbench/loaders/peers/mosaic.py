@@ -65,11 +65,15 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from workbench.backends import locate, make_backend
+from workbench.backends.base import storage_name
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, with_type
+from workbench.layouts.common import check_split
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard
 from workbench.loaders.peers import trust_stack_ca
+from workbench.storage import S3Store
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +118,6 @@ def _import_streaming():
 def mds_location(settings: Settings, dataset: str, split: str = "train", bucket: str | None = None,
                  prefix: str | None = None) -> tuple[str, str]:
     """(bucket, key prefix of the split's MDS copy): ``<prefix>/mds/<split>`` beside the s3-shards layout."""
-    from workbench.layouts.common import check_split
 
     check_split(split)
     bucket, prefix = dataset_location(settings, dataset, bucket, prefix)
@@ -125,8 +128,6 @@ def dataset_location(settings: Settings, dataset: str, bucket: str | None = None
                      prefix: str | None = None) -> tuple[str, str]:
     """(bucket, prefix) of the dataset's s3-shards layout: the overrides, else the catalog's, else the default."""
     if bucket is None or prefix is None:
-        from workbench.backends import locate
-
         entry = locate(settings, "s3-shards", dataset)
         bucket = bucket if bucket is not None else entry.get("bucket") or settings.s3_bucket
         prefix = prefix if prefix is not None else entry.get("prefix", "")
@@ -167,8 +168,6 @@ def _one_process_world() -> Iterator[None]:
 
 
 def _store(settings: Settings, bucket: str, key_prefix: str, via_proxy: bool = False):
-    from workbench.storage import S3Store
-
     return S3Store(settings, bucket, key_prefix, via_proxy, connections=8)
 
 
@@ -202,8 +201,6 @@ def write_mds(settings: Settings, dataset: str, samples_or_source: Iterable[Any]
     if store.get_or_none(MDS_INDEX) is not None:
         return remote
     if samples_or_source is None:
-        from workbench.backends import make_backend
-
         shards_bucket, shards_prefix = dataset_location(settings, dataset, bucket, prefix)
         samples_or_source = make_backend("s3-shards", settings, dataset, bucket=shards_bucket,
                                          prefix=shards_prefix, via_proxy=via_proxy).scan()
@@ -300,7 +297,6 @@ class MosaicStreamingPeer(Loader):
         from streaming import StreamingDataset
         from streaming.base.world import World
 
-        from workbench.backends.base import storage_name
 
         c = self.config
         index, count = effective_shard(c.shard_id, c.num_shards, self.worker_id, self.num_workers)

@@ -51,6 +51,8 @@ from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.peers import trust_stack_ca
 from workbench.loaders.s3_location import S3Location
+from workbench.loaders.s3_objects import manifest_lines
+from workbench.loaders.s3_shards import locate_prefix
 
 Entry = tuple[str, str, str | None]  # (key relative to the prefix, sample id, manifest label field or None)
 
@@ -129,7 +131,6 @@ class S3TorchConnectorPeer(Loader):
             if self._dataset is not None:
                 return
             connector = _import_connector()
-            from workbench.loaders.s3_shards import locate_prefix
 
             self._bucket, self._prefix = locate_prefix(self.settings, self.backend, self.config)
             access, secret = self.settings.s3_credentials()
@@ -152,8 +153,6 @@ class S3TorchConnectorPeer(Loader):
             self._dataset = dataset
 
     def _read_entries(self, connector) -> list[Entry]:
-        from workbench.loaders.s3_objects import manifest_lines
-
         split = self.config.split
         manifest_uri = self._uri(f"{split}/{MANIFEST}")
         try:

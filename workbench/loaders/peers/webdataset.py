@@ -47,6 +47,8 @@ from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.peers import trust_stack_ca
 from workbench.loaders.s3_location import S3Location
+from workbench.loaders.s3_shards import locate_prefix
+from workbench.storage import S3Store
 
 _QUERY = re.compile(r"\?[^\s'\"\]]*")
 
@@ -79,9 +81,6 @@ class WebDatasetPeer(Loader):
     def store(self):
         """Our S3 store of the dataset (boto3): the index GET and URL signing only, made on first use."""
         if self._store is None:
-            from workbench.loaders.s3_shards import locate_prefix
-            from workbench.storage import S3Store
-
             bucket, prefix = locate_prefix(self.settings, self.backend, self.config)
             self._store = S3Store(self.settings, bucket, prefix, self.config.via_proxy, connections=4)
         return self._store

@@ -21,6 +21,7 @@ from workbench.bench.ingest import generate
 from workbench.bench.native_ceilings import BACKENDS as NATIVE_BACKENDS
 from workbench.bench.native_ceilings import cpu_columns, native_ceiling_run, program_name
 from workbench.config import PROXIED, Settings
+from workbench.data import SyntheticSource
 from workbench.environment import describe_environment
 from workbench.ingest import ingest
 from workbench.loaders import loader_class, make_loader
@@ -79,8 +80,9 @@ def prepare_data(settings: Settings, backends: list[str], count: int, mean_kb: f
 
 def prepare_peer_layouts(settings: Settings, loaders: list[str], dataset: str, count: int, mean_kb: float) -> None:
     """Peers that keep a layout of their own (e.g. MDS shards) write it from the same samples."""
+    source = SyntheticSource(count, mean_kb=mean_kb)  # the samples `generate` makes, lazily: only a hook reads them
     for cls in {loader_class(name) for name in loaders}:
-        cls.prepare_dataset(settings, dataset, generate(count, mean_kb))
+        cls.prepare_dataset(settings, dataset, source)
 
 
 def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: float, concurrency: int,

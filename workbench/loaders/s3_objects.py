@@ -106,7 +106,6 @@ class S3ObjectsLoader(Loader):
     Config = S3ObjectsConfig
     config: S3ObjectsConfig
 
-
     @classmethod
     def raw_ceiling(cls, settings: Settings, config: LoaderConfig) -> tuple[int, int]:
         return raw_ceiling(settings, config)

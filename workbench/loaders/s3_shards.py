@@ -68,7 +68,6 @@ class S3ShardsLoader(Loader):
     Config = S3ShardsConfig
     config: S3ShardsConfig
 
-
     @classmethod
     def raw_ceiling(cls, settings: Settings, config: LoaderConfig) -> tuple[int, int]:
         return raw_ceiling(settings, config)

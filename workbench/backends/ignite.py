@@ -22,7 +22,6 @@ import re
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from functools import cache
 from threading import Lock, local
@@ -32,6 +31,7 @@ from pydantic import Field
 
 from workbench.backends.base import Backend, LayoutOptions, Progress, StoredSample, storage_name
 from workbench.clients import ignite_client
+from workbench.concurrency import InFlight, finish
 from workbench.data import Sample
 from workbench.errors import WorkbenchError, first_line
 
@@ -271,8 +271,16 @@ class IgniteBackend(Backend):
         put = self._put_sql if o.mode == "sql" else self._put_binary
         rows = ((s, self._label(s)) for s in samples)
         with _Clients(self.settings, o.via_proxy) as clients:
-            _run_bounded(lambda batch: put(clients.get(), batch), _batches(rows, o.batch_size, BATCH_BYTES),
-                         o.workers, progress)
+            # At most `workers` batches in flight (+1 being filled); progress and errors handled in this thread.
+            flight = InFlight(o.workers, o.workers, "ignite-writer")
+            failed = True
+            try:
+                for batch in _batches(rows, o.batch_size, BATCH_BYTES):
+                    flight.submit(_write_batch, put, clients.get, batch,
+                                  then=lambda b: progress(len(b), sum(len(s.data) for s, _ in b)))
+                failed = False
+            finally:
+                finish(flight, failed)  # a source that failed: what was written is reported before its error
 
     def _put_binary(self, client: Client, batch: list[tuple[Sample, Any]]) -> None:
         cls = value_class(self.options.label_type)
@@ -354,6 +362,20 @@ def _batches(rows: Iterable[tuple[Sample, Any]], size: int, max_bytes: int) -> I
         yield batch
 
 
+def _write_batch(put: Callable[[Client, list], None], client: Callable[[], Client], batch: list) -> list:
+    """One batch through `put` on this thread's client; a failed write names the batch and says what to do."""
+    from pyignite.exceptions import CacheError, SQLError
+
+    try:
+        put(client(), batch)
+    except (CacheError, SQLError, OSError) as exc:
+        raise WorkbenchError(
+            f"writing {len(batch)} samples (from {batch[0][0].name}) to Ignite failed: {type(exc).__name__}: "
+            f"{first_line(exc)} (re-run the ingest: it resumes)"
+        ) from exc
+    return batch
+
+
 class _Clients:
     """One connected pyignite client per writer thread (a client is not thread-safe); all closed at exit."""
 
@@ -378,48 +400,3 @@ class _Clients:
         self.stack.close()
 
 
-def _run_bounded(put: Callable[[list], None], batches: Iterator[list], workers: int, progress: Progress) -> None:
-    """Run `put` over batches on `workers` threads with at most workers+1 batches held in memory.
-
-    Progress is reported from this thread. The first failed write is raised here and the batches still
-    queued are cancelled; when the source itself fails, the batches already taken from it are written
-    first (so a resumed ingest skips them), then its error goes up.
-    """
-    from pyignite.exceptions import CacheError, SQLError
-
-    write_failed = False
-
-    def done(future: Future, batch: list) -> None:
-        nonlocal write_failed
-        try:
-            future.result()
-        except (CacheError, SQLError, OSError) as exc:
-            write_failed = True
-            raise WorkbenchError(
-                f"writing {len(batch)} samples (from {batch[0][0].name}) to Ignite failed: {type(exc).__name__}: "
-                f"{first_line(exc)} (re-run the ingest: it resumes)"
-            ) from exc
-        except BaseException:
-            write_failed = True
-            raise
-        progress(len(batch), sum(len(s.data) for s, _ in batch))
-
-    def collect(most: int) -> None:
-        while len(pending) > most:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                done(future, pending.pop(future))
-
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ignite-writer")
-    pending: dict[Future, list] = {}
-    try:
-        for batch in batches:
-            collect(workers)
-            pending[pool.submit(put, batch)] = batch
-        collect(0)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=write_failed)
-        if not write_failed:  # the source failed: report what was written before its error goes up
-            for future, batch in pending.items():
-                if not future.cancelled() and future.exception() is None:
-                    progress(len(batch), sum(len(s.data) for s, _ in batch))

@@ -6,7 +6,6 @@ every client library) or the class itself (one defined at run time, e.g. in a te
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
 from importlib import import_module
 from typing import Any, TypeVar
 
@@ -14,27 +13,32 @@ from pydantic import BaseModel, ValidationError
 
 from workbench.errors import WorkbenchError
 
-T = TypeVar("T")
 Entry = str | type
 M = TypeVar("M", bound=BaseModel)
 
 
-def resolve(entries: MutableMapping[str, Entry], name: str, kind: str) -> type:
-    """The class registered as `name`, or a WorkbenchError listing the registered names."""
-    if name not in entries:
-        raise WorkbenchError(f"unknown {kind} '{name}': choose from {', '.join(sorted(entries))}")
-    target = entries[name]
-    if isinstance(target, type):
-        return target
-    module, attr = target.split(":")
-    return getattr(import_module(module), attr)
+class Registry(dict[str, Entry]):
+    """Name -> entry of one kind ("backend", "loader"): resolved lazily, extended by `register`."""
 
+    def __init__(self, kind: str, entries: dict[str, Entry]) -> None:
+        super().__init__(entries)
+        self.kind = kind
 
-def register(entries: MutableMapping[str, Entry], name: str, target: Entry, kind: str) -> None:
-    """Add `name`; re-registering the same target is a no-op, another target under a taken name an error."""
-    if name in entries and entries[name] is not target and entries[name] != target:
-        raise WorkbenchError(f"{kind} '{name}' is already registered ({entries[name]}): choose another name")
-    entries[name] = target
+    def resolve(self, name: str) -> type:
+        """The class registered as `name`, or a WorkbenchError listing the registered names."""
+        if name not in self:
+            raise WorkbenchError(f"unknown {self.kind} '{name}': choose from {', '.join(sorted(self))}")
+        target = self[name]
+        if isinstance(target, type):
+            return target
+        module, attr = target.split(":")
+        return getattr(import_module(module), attr)
+
+    def register(self, name: str, target: Entry) -> None:
+        """Add `name` (``"module:Class"`` or the class); another target under a taken name is an error."""
+        if name in self and self[name] is not target and self[name] != target:
+            raise WorkbenchError(f"{self.kind} '{name}' is already registered ({self[name]}): choose another name")
+        self[name] = target
 
 
 def validated(model: type[M], values: dict[str, Any], what: str, listing: str) -> M:

@@ -5,27 +5,22 @@ Entries are import paths, so `workbench --help` never imports every client libra
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from workbench import catalog
 from workbench.backends.base import Backend, LayoutOptions
 from workbench.config import Settings
-from workbench.registry import Entry, register, resolve, validated
+from workbench.registry import Registry, validated
 
-BACKENDS: dict[str, Entry] = {
+BACKENDS = Registry("backend", {
     "cassandra": "workbench.backends.cassandra:CassandraBackend",
     "s3-objects": "workbench.backends.s3_objects:S3ObjectsBackend",
     "s3-shards": "workbench.backends.s3_shards:S3ShardsBackend",
     "ignite": "workbench.backends.ignite:IgniteBackend",
     "fs": "workbench.backends.fs:FilesystemBackend",
-}
-
-
-def backend_class(name: str) -> type[Backend]:
-    return resolve(BACKENDS, name, "backend")
-
-
-def register_backend(name: str, target: Entry) -> None:
-    """Add a backend under `name`: ``"module:Class"`` or the `Backend` subclass itself."""
-    register(BACKENDS, name, target, "backend")
+})
+backend_class: Callable[[str], type[Backend]] = BACKENDS.resolve
+register_backend = BACKENDS.register  # (name, "module:Class" or the Backend subclass itself)
 
 
 def locate(settings: Settings, backend: str, dataset: str) -> dict:

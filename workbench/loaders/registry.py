@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from workbench.config import Settings
 from workbench.loaders.base import Loader
-from workbench.registry import Entry, register, resolve, validated
+from workbench.registry import Registry, validated
 
-LOADERS: dict[str, Entry] = {
+LOADERS = Registry("loader", {
     "cassandra": "workbench.loaders.cassandra_native:CassandraNativeLoader",  # C++ driver (acsylla)
     "cassandra-py": "workbench.loaders.cassandra:CassandraLoader",  # Python driver: the before, kept measurable
     "cassandra-plugin": "workbench.loaders.cassandra_plugin:CassandraPluginLoader",
@@ -19,16 +21,9 @@ LOADERS: dict[str, Entry] = {
     "webdataset": "workbench.loaders.peers.webdataset:WebDatasetPeer",
     "s3torchconnector": "workbench.loaders.peers.s3torchconnector:S3TorchConnectorPeer",
     "mosaic-streaming": "workbench.loaders.peers.mosaic:MosaicStreamingPeer",
-}
-
-
-def loader_class(name: str) -> type[Loader]:
-    return resolve(LOADERS, name, "loader")
-
-
-def register_loader(name: str, target: Entry) -> None:
-    """Add a loader under `name`: ``"module:Class"`` or the `Loader` subclass itself."""
-    register(LOADERS, name, target, "loader")
+})
+loader_class: Callable[[str], type[Loader]] = LOADERS.resolve
+register_loader = LOADERS.register  # (name, "module:Class" or the Loader subclass itself)
 
 
 def default_loaders() -> list[str]:

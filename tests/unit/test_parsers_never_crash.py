@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from workbench.bench.sweep_config import SweepConfig, load_sweep_config
+from workbench.checkpoints.ignite import _parse as parse_checkpoint_manifest
 from workbench.cli import parse_options
 from workbench.compat.ignite_dataset import infer_schema, to_python
 from workbench.data import (
@@ -47,10 +48,12 @@ from workbench.data import (
 )
 from workbench.data.shards import split_name
 from workbench.errors import WorkbenchError
-from workbench.layouts.objects import manifest_key
+from workbench.layouts.objects import JOURNAL, ObjectSet, manifest_key
 from workbench.layouts.shards import sample_item as shard_item
+from workbench.loaders.fs import read_journal as read_fs_journal
 from workbench.loaders.ignite import sample_item
 from workbench.loaders.s3_objects import default_manifest_parser
+from workbench.storage.local import DirStore
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::SyntaxWarning")  # corrupt inputs on purpose
 
@@ -212,6 +215,35 @@ def test_member_names(name):
     parts = outcome(split_name, name)
     if parts:
         assert parts[0] and "." not in parts[0].rsplit("/", 1)[-1]
+
+
+# --------------------------------------------------------------------------- journals and checkpoint manifests
+
+journal_lines = (json_values.map(json.dumps) | st.text(max_size=30)
+                 | st.fixed_dictionaries({"key": json_values}, optional={"id": json_values}).map(json.dumps))
+
+
+@FAST
+@given(lines=st.lists(journal_lines, max_size=5))
+@example(lines=["[" * 100_000])
+@example(lines=['{"key": "a/b.jpg", "id": 1}', '{"key": ["x"]}', "1" * 5000])
+def test_object_and_fs_journals(lines):
+    """The JSON-lines journals of the object and fs layouts: a bad line is skipped (and logged), never a crash."""
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        (root / JOURNAL).mkdir()
+        (root / JOURNAL / "0001.jsonl").write_text("\n".join(lines) + "\n", errors="surrogateescape")
+        for records in (read_fs_journal(root), ObjectSet(DirStore(root), 1, "int")._journal()[0]):
+            assert all(isinstance(r, dict) and k == r["key"] for k, r in records.items())
+
+
+@FAST
+@given(raw=st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()))
+@example(raw=DEEP_JSON)
+@example(raw=HUGE_INT)
+def test_ignite_checkpoint_manifests(raw):
+    doc = outcome(parse_checkpoint_manifest, raw, "ckpt", "cache")
+    assert doc is None or isinstance(doc, dict)
 
 
 # ---------------------------------------------------------------------------------------------- split files

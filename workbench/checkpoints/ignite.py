@@ -274,7 +274,7 @@ def _parse(raw: Any, name: str, cache_name: str, strict: bool = True) -> dict | 
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise ValueError("not a workbench checkpoint manifest")
         return doc
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: deeply nested JSON
         if not strict:
             return None
         raise WorkbenchError(f"Ignite cache {cache_name}: key {IgniteCheckpoint.manifest_key(name)!r} is not a "

@@ -106,7 +106,7 @@ class ObjectSet:
                 try:
                     record = json.loads(line)
                     records[record["key"]] = record
-                except (ValueError, KeyError, TypeError):
+                except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: deeply nested JSON
                     log.warning("ignoring a bad line in journal part %s of %s", part, self.store.where)
         return records, parts
 

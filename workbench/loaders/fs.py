@@ -214,7 +214,7 @@ def read_journal(root: Path) -> dict[str, dict]:
             try:
                 record = json.loads(line)
                 records[record["key"]] = record
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: deeply nested JSON
                 log.warning("ignoring a bad line in journal part %s", part)
     return records
 

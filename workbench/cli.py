@@ -253,7 +253,7 @@ def bench_loaders_command(
                          results_dir)
     table = Table("loader", "backend", "RTT ms", "samples/s", "min", "max", "MB/s", "/ ceiling", "/ own 0 ms",
                   "CPU µs/sample",
-                  title=f"loaders vs raw ceilings: {count} x {mean_kb:.0f} KB, concurrency {concurrency}, "
+                  title=f"loaders vs native ceilings: {count} x {mean_kb:.0f} KB, concurrency {concurrency}, "
                   f"median of {repeats}")
     for r in rows:
         table.add_row(r["loader"], r["backend"], f"{r['rtt_ms']:.0f}", f"{r['samples_per_s']:.0f}",

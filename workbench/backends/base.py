@@ -93,3 +93,21 @@ class Backend(ABC):
     def describe(self) -> dict:
         """Where the data lives, for the catalog and for loaders (keyspace, bucket/prefix, cache...)."""
         return {"backend": self.name, "dataset": self.dataset, **self.options.model_dump()}
+
+
+class LayoutBackend(Backend):
+    """A backend whose samples are one of the layouts of `workbench.layouts` in a `Store`.
+
+    What is stored, writing and reading back are the layout's; the backend chooses the store and layout.
+    """
+
+    layout: Any  # a ShardSet or an ObjectSet (stored_ids, write, scan, drop)
+
+    def stored_ids(self) -> set[uuid.UUID]:
+        return self.layout.stored_ids()
+
+    def write(self, samples: Iterable[Sample], progress: Progress) -> None:
+        self.layout.write(samples, progress)
+
+    def scan(self) -> Iterator[StoredSample]:
+        return self.layout.scan()

@@ -18,15 +18,14 @@ power cut.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
-from workbench.backends.base import Backend, LayoutOptions, Progress, StoredSample, storage_name
+from workbench.backends.base import LayoutBackend, LayoutOptions, storage_name
 from workbench.config import Settings
-from workbench.data import Sample
 from workbench.errors import WorkbenchError
 from workbench.layouts.common import check_split
 from workbench.layouts.objects import MANIFEST, ObjectSet
@@ -42,7 +41,7 @@ class FilesystemOptions(LayoutOptions):
     maxcount: int = Field(100_000, ge=1, description="shards: most samples per shard")
 
 
-class FilesystemBackend(Backend):
+class FilesystemBackend(LayoutBackend):
     name = "fs"
     Options = FilesystemOptions
     options: FilesystemOptions
@@ -72,15 +71,6 @@ class FilesystemBackend(Backend):
                 f"cannot write to {self.root}: {exc.strerror or exc} (choose another --root or fix its rights)"
             ) from exc
         self.store.remove_temporaries()
-
-    def stored_ids(self) -> set[uuid.UUID]:
-        return self.layout.stored_ids()
-
-    def write(self, samples: Iterable[Sample], progress: Progress) -> None:
-        self.layout.write(samples, progress)
-
-    def scan(self) -> Iterator[StoredSample]:
-        return self.layout.scan()
 
     def drop_layout(self) -> None:
         """Delete this layout's files, then empty folders; the other layout sharing the root stays. Idempotent."""

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import logging
 import shutil
-import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import Field
 
-from workbench.backends.base import Backend, LayoutOptions, storage_name
+from workbench.backends.base import LayoutBackend, LayoutOptions, storage_name
 from workbench.config import Settings
-from workbench.data import Progress, Sample, StoredSample
 from workbench.layouts.common import check_split
 from workbench.layouts.objects import MANIFEST, ObjectSet
 from workbench.storage import S3Store
@@ -35,7 +33,7 @@ class S3Options(LayoutOptions):
 # -------------------------------------------------------------------------------------------- backend
 
 
-class S3ObjectsBackend(Backend):
+class S3ObjectsBackend(LayoutBackend):
     name = "s3-objects"
     proxy = "s3"
     restartable_service = "minio"
@@ -49,6 +47,7 @@ class S3ObjectsBackend(Backend):
         self.prefix = (o.prefix if o.prefix is not None else storage_name(dataset)).strip("/")
         self.store = S3Store(settings, self.bucket, self.prefix, o.via_proxy, connections=max(64, 2 * o.workers))
         self.objects = ObjectSet(self.store, o.workers, o.label_type, self.local_manifest)
+        self.layout = self.objects
 
     def local_manifest(self, split: str) -> Path:
         return self.settings.state_dir / "manifests" / self.name / self.bucket / (self.prefix or "_") / split / MANIFEST
@@ -57,15 +56,6 @@ class S3ObjectsBackend(Backend):
         for split in splits:
             check_split(split)
         self.store.ensure_bucket(self.options.create_bucket)
-
-    def stored_ids(self) -> set[uuid.UUID]:
-        return self.objects.stored_ids()
-
-    def write(self, samples: Iterable[Sample], progress: Progress) -> None:
-        self.objects.write(samples, progress)
-
-    def scan(self) -> Iterator[StoredSample]:
-        return self.objects.scan()
 
     def manifest(self, split: str) -> list[tuple[str, str]]:
         return self.objects.manifest(split)

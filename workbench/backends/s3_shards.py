@@ -16,16 +16,14 @@ Resume, numbering and the index: `workbench.layouts.shards`.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from pydantic import Field
 
-from workbench.backends.base import Backend, Progress, StoredSample, storage_name
+from workbench.backends.base import LayoutBackend, storage_name
 from workbench.backends.s3_objects import S3Options
 from workbench.config import Settings
-from workbench.data import Sample
 from workbench.layouts.common import check_split
 from workbench.layouts.shards import SHARD_PATTERN, ShardSet
 from workbench.storage import S3Store
@@ -36,7 +34,7 @@ class S3ShardsOptions(S3Options):
     maxcount: int = Field(100_000, ge=1, description="most samples per shard")
 
 
-class S3ShardsBackend(Backend):
+class S3ShardsBackend(LayoutBackend):
     name = "s3-shards"
     proxy = "s3"
     restartable_service = "minio"
@@ -54,20 +52,12 @@ class S3ShardsBackend(Backend):
         # Each shard upload may run 4 multipart threads.
         self.store = S3Store(settings, self.bucket, self.prefix, o.via_proxy, connections=max(64, 5 * o.workers))
         self.shards = ShardSet(self.store, o.maxsize, o.maxcount, o.workers, o.label_type)
+        self.layout = self.shards
 
     def prepare(self, splits: Iterable[str]) -> None:
         for split in splits:
             check_split(split)
         self.store.ensure_bucket(self.options.create_bucket)
-
-    def stored_ids(self) -> set[uuid.UUID]:
-        return self.shards.stored_ids()
-
-    def write(self, samples: Iterable[Sample], progress: Progress) -> None:
-        self.shards.write(samples, progress)
-
-    def scan(self) -> Iterator[StoredSample]:
-        return self.shards.scan()
 
     def drop_layout(self) -> None:
         """Delete this dataset's shards, records and indexes (the bucket stays); idempotent."""

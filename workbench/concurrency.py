@@ -5,30 +5,238 @@
 With `depth` requests outstanding, a path with round-trip time R delivers up to depth/R items per
 second instead of 1/R. Results come back in submission order, or as they complete (`ordered=False`,
 the plugin's out-of-order mode), which avoids head-of-line blocking behind one slow request.
+
+The depth is a number, or a `Window` that may change it while requests run: `AutoWindow` (what
+``concurrency="auto"`` gives) measures completions per second and widens the window while the rate
+still rises, so users need not guess the depth a network needs (Little's law: depth = rate x latency).
 """
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
 
+AUTO = "auto"
+Concurrency = int | Literal["auto"]  # what a config's `concurrency` holds
+AUTO_START = 4  # requests in flight before anything is measured
+AUTO_CAP = 256  # the widest window "auto" opens (threads and connections are sized for it)
+REFERENCE_DEPTH = 32  # what a plain fixed loop (a raw ceiling) uses when the config says "auto"
 
-def in_flight(keys: Iterable[K], submit: Callable[[K], Future[V]], depth: int, ordered: bool = True,
-              timeout_s: float | None = None) -> Iterator[tuple[K, V]]:
+
+# ------------------------------------------------------------------------------------------ windows
+
+
+class Window(Protocol):
+    """How many requests to keep in flight; told when each starts and finishes, so it may adapt."""
+
+    @property
+    def depth(self) -> int: ...
+
+    @property
+    def history(self) -> list[int]: ...
+
+    def begin(self, total: int | None) -> None: ...
+
+    def started(self) -> float: ...
+
+    def finished(self, started_at: float) -> None: ...
+
+
+class FixedWindow:
+    """A window that never changes: ``concurrency=N``."""
+
+    def __init__(self, depth: int) -> None:
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        self._depth = depth
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def history(self) -> list[int]:
+        return [self._depth]
+
+    def begin(self, total: int | None) -> None:
+        pass
+
+    def started(self) -> float:
+        return 0.0
+
+    def finished(self, started_at: float) -> None:
+        pass
+
+
+class AutoWindow:
+    """A window that sizes itself: probe geometrically while the completion rate rises, then settle.
+
+    Why: the depth that hides a network's latency is rate x latency (Little's law), and neither is known
+    before reading. Starting at `start`, each interval of at least `depth` completions (and `min_interval_s`)
+    gives a rate; while a wider window raised the rate by more than `min_gain`, the window grows by
+    `growth` (up to `cap`, and never past the keys left to read). After `patience` intervals without such a
+    gain it settles on the narrowest depth that reached the best rate, but never below best rate x the
+    shortest latency seen (what the round trip alone requires). A settled window stays for later epochs.
+    Thread-safe; `clock` is injectable so the logic is tested on simulated time.
+    """
+
+    def __init__(self, start: int = AUTO_START, cap: int = AUTO_CAP, growth: float = 2.0, min_gain: float = 0.05,
+                 patience: int = 2, min_interval_s: float = 0.02, clock: Callable[[], float] = time.perf_counter
+                 ) -> None:
+        if not 1 <= start <= cap:
+            raise ValueError(f"need 1 <= start <= cap, got start {start}, cap {cap}")
+        if growth <= 1:
+            raise ValueError(f"growth must be > 1, got {growth}")
+        self.start, self.cap, self.growth, self.min_gain = start, cap, growth, min_gain
+        self.patience, self.min_interval_s, self.clock = patience, min_interval_s, clock
+        self._lock = threading.Lock()
+        self._depth = start
+        self._history = [start]
+        self.settled = False
+        self.best_rate = 0.0  # completions/s at best_depth
+        self.best_depth = start
+        self.min_latency_s = math.inf
+        self._strikes = 0
+        self._total: int | None = None
+        self._submitted = 0
+        self._t0: float | None = None  # start of the measuring interval
+        self._count = 0  # completions in it
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_lock")
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def history(self) -> list[int]:
+        """Every depth this window took, in order (the first is `start`)."""
+        return list(self._history)
+
+    def begin(self, total: int | None) -> None:
+        """A new run of `total` requests (None: unknown) starts now; a settled depth is kept."""
+        with self._lock:
+            self._total, self._submitted = total, 0
+            self._t0, self._count, self._strikes = None, 0, 0
+
+    def started(self) -> float:
+        """Call when a request is submitted; pass what it returns to `finished`."""
+        now = self.clock()
+        with self._lock:
+            self._submitted += 1
+            if self._t0 is None:
+                self._t0 = now
+        return now
+
+    def finished(self, started_at: float) -> None:
+        """Call when a request completes (from any thread)."""
+        now = self.clock()
+        with self._lock:
+            self.min_latency_s = min(self.min_latency_s, now - started_at)
+            if self.settled or self._t0 is None:
+                return
+            self._count += 1
+            remaining = None if self._total is None else self._total - self._submitted
+            if remaining is not None and remaining <= 0:  # the tail drains: its rates say nothing
+                return
+            elapsed = now - self._t0
+            if self._count < self._depth or elapsed < self.min_interval_s:
+                return
+            self._decide(self._count / elapsed, remaining)
+            self._t0, self._count = now, 0
+
+    def _decide(self, rate: float, remaining: int | None) -> None:
+        if rate > self.best_rate * (1 + self.min_gain):
+            self.best_rate, self.best_depth, self._strikes = rate, self._depth, 0
+            wider = min(self.cap, math.ceil(self._depth * self.growth))
+            if remaining is not None:
+                wider = min(wider, max(self._depth, remaining))
+            if wider > self._depth:
+                self._set(wider)
+            elif wider >= self.cap:
+                self._settle()
+            return
+        self._strikes += 1
+        if self._strikes >= self.patience:
+            self._settle()
+
+    def _settle(self) -> None:
+        required = math.ceil(self.best_rate * self.min_latency_s) if math.isfinite(self.min_latency_s) else 1
+        self._set(max(self.best_depth, min(self.cap, required)))
+        self.settled = True
+
+    def _set(self, depth: int) -> None:
+        if depth != self._depth:
+            self._depth = depth
+            self._history.append(depth)
+
+
+def make_window(concurrency: Concurrency | Window) -> Window:
+    """The window a config's `concurrency` asks for: "auto" -> AutoWindow, N -> FixedWindow(N)."""
+    if concurrency == AUTO:
+        return AutoWindow()
+    if isinstance(concurrency, int):
+        return FixedWindow(concurrency)
+    if hasattr(concurrency, "depth"):
+        return concurrency  # type: ignore[return-value]
+    raise ValueError(f"concurrency must be a positive number or 'auto', got {concurrency!r}")
+
+
+def pool_size(concurrency: Concurrency) -> int:
+    """Threads or connections to provide for `concurrency`: the number itself, or the widest "auto" window."""
+    return AUTO_CAP if concurrency == AUTO else int(concurrency)
+
+
+def fixed_depth(concurrency: Concurrency) -> int:
+    """A plain fixed loop's depth (raw ceilings): the number itself, or REFERENCE_DEPTH for "auto"."""
+    return REFERENCE_DEPTH if concurrency == AUTO else int(concurrency)
+
+
+class HasWindow:
+    """A reader whose requests go through `self._window`: says which depth it used (recorded in results)."""
+
+    _window: Window
+
+    @property
+    def window(self) -> int:
+        """The depth in use at the end of the last epoch (or now, during one)."""
+        return self._window.depth
+
+    @property
+    def window_history(self) -> list[int]:
+        return self._window.history
+
+
+# ------------------------------------------------------------------------------------------ in flight
+
+
+def in_flight(keys: Iterable[K], submit: Callable[[K], Future[V]], depth: Concurrency | Window,
+              ordered: bool = True, timeout_s: float | None = None) -> Iterator[tuple[K, V]]:
     """Yield (key, result) for every key, keeping up to `depth` submitted requests outstanding.
 
+    `depth` is a number, "auto" (a new AutoWindow) or a Window, whose depth may change while this runs.
     A failed request raises its exception (after cancelling what has not started); a request that
     takes longer than `timeout_s` raises TimeoutError naming the key.
     """
-    if depth < 1:
-        raise ValueError(f"depth must be >= 1, got {depth}")
+    window = make_window(depth)
+    window.begin(len(keys) if hasattr(keys, "__len__") else None)  # type: ignore[arg-type]
+    adaptive = not isinstance(window, FixedWindow)
     in_order: deque[tuple[K, Future[V]]] = deque()  # ordered: oldest first
     running: set[Future[V]] = set()  # every outstanding request, for cancellation
     completed: queue.SimpleQueue[tuple[K, Future[V]]] = queue.SimpleQueue()  # unordered: as they finish
@@ -36,13 +244,18 @@ def in_flight(keys: Iterable[K], submit: Callable[[K], Future[V]], depth: int, o
     try:
         while True:
             for key in keys:
-                future = submit(key)
+                if adaptive:
+                    started = window.started()
+                    future = submit(key)
+                    future.add_done_callback(lambda f, t=started: window.finished(t))
+                else:
+                    future = submit(key)
                 running.add(future)
                 if ordered:
                     in_order.append((key, future))
                 else:
                     future.add_done_callback(lambda f, k=key: completed.put((k, f)))
-                if len(running) >= depth:
+                if len(running) >= window.depth:
                     break
             if not running:
                 return
@@ -72,7 +285,8 @@ class LazyPool:
     `wait_on_close` waits for running requests (local reads) instead of abandoning them.
     """
 
-    def __init__(self, workers: int, name: str, wait_on_close: bool = False) -> None:
+    def __init__(self, workers: Concurrency, name: str, wait_on_close: bool = False) -> None:
+        workers = pool_size(workers)  # "auto": threads start as requests need them, up to the widest window
         self.workers, self.name, self.wait_on_close = workers, name, wait_on_close
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()

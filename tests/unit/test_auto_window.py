@@ -1,0 +1,110 @@
+"""AutoWindow on simulated time: a server with a fixed round trip and a bounded service rate, no sleeping."""
+
+import heapq
+import pickle
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from workbench.concurrency import AUTO_CAP, AutoWindow, FixedWindow, fixed_depth, in_flight, make_window, pool_size
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def simulate(latency_s: float, service_s: float, requests: int = 5000, **options) -> AutoWindow:
+    """Drive an AutoWindow like `in_flight` does: one server (FIFO, `service_s` per request) behind `latency_s`."""
+    clock = Clock()
+    window = AutoWindow(clock=clock, **options)
+    window.begin(requests)
+    pending: list[tuple[float, int, float]] = []  # (completion time, seq, started_at)
+    server_free = 0.0
+    submitted = 0
+    while submitted < requests or pending:
+        while submitted < requests and len(pending) < window.depth:
+            started = window.started()
+            server_free = max(server_free, clock.now + latency_s / 2) + service_s  # queue at the server
+            heapq.heappush(pending, (server_free + latency_s / 2, submitted, started))
+            submitted += 1
+        done, _, started = heapq.heappop(pending)
+        clock.now = done
+        window.finished(started)
+    return window
+
+
+def test_the_window_at_50ms_is_wider_than_at_0ms():
+    fast = simulate(latency_s=0.0, service_s=0.001)
+    slow = simulate(latency_s=0.050, service_s=0.001)
+    assert fast.settled and slow.settled
+    assert slow.depth > fast.depth
+    assert slow.depth >= 0.050 / 0.001  # Little's law: rate 1000/s x 50 ms
+
+
+def test_it_stops_growing_when_the_rate_plateaus():
+    window = simulate(latency_s=0.010, service_s=0.001)  # the server's 1000/s is reached at about 10 in flight
+    assert window.settled
+    assert 10 <= window.depth <= 40
+    assert max(window.history) <= 64  # no probing far past the plateau
+    assert window.best_rate == pytest.approx(1000, rel=0.1)
+
+
+def test_it_never_exceeds_the_cap_nor_the_keys_left():
+    unbounded = simulate(latency_s=0.5, service_s=0.00001, cap=64)  # would want 50,000 in flight
+    assert unbounded.depth == 64 and max(unbounded.history) == 64
+    few = simulate(latency_s=0.05, service_s=0.00001, requests=40)
+    assert max(few.history) <= 40
+
+
+def test_it_never_settles_below_what_the_latency_requires():
+    window = simulate(latency_s=0.05, service_s=0.001, growth=3.0)
+    assert window.depth >= window.best_rate * window.min_latency_s
+
+
+def test_a_settled_window_is_kept_for_the_next_epoch_and_pickles():
+    window = simulate(latency_s=0.02, service_s=0.001)
+    depth = window.depth
+    window.begin(100)
+    assert window.depth == depth and window.settled
+    copy = pickle.loads(pickle.dumps(window))
+    assert copy.depth == depth and copy.history == window.history
+
+
+def test_make_window_and_sizes():
+    assert isinstance(make_window("auto"), AutoWindow)
+    assert make_window(8).depth == 8 and make_window(8).history == [8]
+    assert pool_size("auto") == AUTO_CAP and pool_size(5) == 5
+    assert fixed_depth("auto") == 32 and fixed_depth(3) == 3
+    with pytest.raises(ValueError, match="depth must be >= 1"):
+        FixedWindow(0)
+    with pytest.raises(ValueError, match="concurrency must be"):
+        make_window("many")  # type: ignore[arg-type]
+
+
+def test_in_flight_follows_a_window_that_widens():
+    """Real threads: 5 ms requests, so the rate rises with the window and in_flight keeps more outstanding."""
+    running = peak = 0
+    lock = threading.Lock()
+
+    def request(key: int) -> int:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        time.sleep(0.005)
+        with lock:
+            running -= 1
+        return key
+
+    window = AutoWindow(start=2, cap=16, min_interval_s=0.0)
+    with ThreadPoolExecutor(16) as pool:
+        out = [k for k, _ in in_flight(range(400), lambda k: pool.submit(request, k), window)]
+    assert out == list(range(400))
+    assert window.history[0] == 2 and max(window.history) > 2
+    assert peak > 2 and peak <= 16

@@ -55,6 +55,9 @@ class Backend(ABC):
     bench_layout: ClassVar[dict[str, Any]] = {}
     # The stack service a chaos soak may kill and restart without losing this backend's data (None: never).
     restartable_service: ClassVar[str | None] = None
+    # The compiled program that measures this backend's ceiling (a key of workbench.bench.native_ceilings
+    # PROGRAMS); None: `bench loaders` falls back to the namesake loader's Python `raw_ceiling`.
+    native_ceiling: ClassVar[str | None] = None
 
     @classmethod
     def is_local(cls) -> bool:

@@ -63,6 +63,7 @@ def _q(identifier: str) -> str:
 
 class CassandraBackend(Backend):
     name = "cassandra"
+    native_ceiling = "gocql"
     proxy = "cassandra"
     restartable_service = "cassandra"
     Options = CassandraOptions

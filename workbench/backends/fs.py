@@ -43,6 +43,7 @@ class FilesystemOptions(LayoutOptions):
 
 class FilesystemBackend(LayoutBackend):
     name = "fs"
+    native_ceiling = "os"
     Options = FilesystemOptions
     options: FilesystemOptions
 

@@ -79,6 +79,7 @@ def value_class(label_type: str) -> type:
 
 class IgniteBackend(Backend):
     name = "ignite"
+    native_ceiling = "ignite-thin-client"
     proxy = "ignite"  # not restartable: caches live in memory, a restart empties them
     Options = IgniteOptions
     options: IgniteOptions

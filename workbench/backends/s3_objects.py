@@ -35,6 +35,7 @@ class S3Options(LayoutOptions):
 
 class S3ObjectsBackend(LayoutBackend):
     name = "s3-objects"
+    native_ceiling = "minio-go"
     proxy = "s3"
     restartable_service = "minio"
     Options = S3Options

@@ -36,6 +36,7 @@ class S3ShardsOptions(S3Options):
 
 class S3ShardsBackend(LayoutBackend):
     name = "s3-shards"
+    native_ceiling = "minio-go"
     proxy = "s3"
     restartable_service = "minio"
     sharded = True

@@ -18,7 +18,6 @@ from tqdm import tqdm
 
 from workbench.backends import backend_class, make_backend
 from workbench.bench.ingest import generate
-from workbench.bench.native_ceilings import BACKENDS as NATIVE_BACKENDS
 from workbench.bench.native_ceilings import cpu_columns, native_ceiling_run, program_name
 from workbench.config import PROXIED, Settings
 from workbench.data import SyntheticSource
@@ -103,7 +102,7 @@ def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: f
             proxy = backend_class(backend).proxy
             config = {"dataset": dataset, "concurrency": concurrency, "via_proxy": proxy is not None}
             cpu: list[float] = []
-            native = backend in NATIVE_BACKENDS
+            native = backend_class(backend).native_ceiling is not None
             if name.startswith("ceiling:") and native:
                 results = [native_ceiling_run(settings, backend, config, cpu) for _ in range(repeats)]
             elif name.startswith("ceiling:"):  # a backend without a compiled ceiling: its Python reference loop

@@ -26,18 +26,18 @@ import math
 import os
 import statistics
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workbench.backends import locate
+from workbench.backends import BACKENDS, backend_class, locate
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.stack.ceilings import GO_PROGRAMS, JAVA_MAIN, go_program, java_classpath
 from workbench.stack.java import java_command
 
-BACKENDS = ("cassandra", "s3-objects", "s3-shards", "ignite", "fs")
 RUN_TIMEOUT_S = 600.0
 
 
@@ -77,16 +77,23 @@ class _Command:
     env: dict[str, str]
 
 
+def native_backends() -> list[str]:
+    """Registered backends whose descriptor names a ceiling program."""
+    return [name for name in BACKENDS if backend_class(name).native_ceiling is not None]
+
+
+def _program(backend: str) -> str:
+    """The ceiling program key of `backend` (its descriptor's `native_ceiling`), or one line listing who has one."""
+    key = backend_class(backend).native_ceiling if backend in BACKENDS else None
+    if key not in PROGRAMS:
+        raise WorkbenchError(f"no native ceiling for backend '{backend}': use one of {', '.join(native_backends())}")
+    return key
+
+
 def program_name(backend: str) -> str:
-    """The ceiling program of a backend, for result rows."""
-    return {"cassandra": "go/gocql", "s3-objects": "go/minio-go objects", "s3-shards": "go/minio-go shards",
-            "ignite": "java/ignite-thin-client", "fs": "go/os"}[_check_backend(backend)]
-
-
-def _check_backend(backend: str) -> str:
-    if backend not in BACKENDS:
-        raise WorkbenchError(f"no native ceiling for backend '{backend}': use one of {', '.join(BACKENDS)}")
-    return backend
+    """The ceiling program of a backend, for result rows ("go/minio-go shards", "go/gocql", ...)."""
+    label = PROGRAMS[_program(backend)][0]
+    return f"{label} {'shards' if backend_class(backend).sharded else 'objects'}" if label == "go/minio-go" else label
 
 
 def _base_env() -> dict[str, str]:
@@ -112,13 +119,13 @@ def _s3(settings: Settings, backend: str, c: CeilingConfig) -> _Command:
     argv = [str(go_program(settings, GO_PROGRAMS["s3"])),
             "-endpoint", f"{settings.host}:{settings.port('s3', c.via_proxy)}", "-region", settings.s3_region,
             "-bucket", entry.get("bucket") or settings.s3_bucket, "-prefix", entry.get("prefix") or "",
-            "-split", c.split, "-layout", "shards" if backend == "s3-shards" else "objects",
+            "-split", c.split, "-layout", "shards" if backend_class(backend).sharded else "objects",
             "-concurrency", str(c.concurrency), "-timeout", str(settings.timeout_s), *_tls_flags(settings, "go")]
     return _Command(argv, {**_base_env(), "CEILING_ACCESS_KEY": access, "CEILING_SECRET_KEY": secret})
 
 
-def _cassandra(settings: Settings, c: CeilingConfig) -> _Command:
-    entry = _entry(settings, "cassandra", c)
+def _cassandra(settings: Settings, backend: str, c: CeilingConfig) -> _Command:
+    entry = _entry(settings, backend, c)
     tables, metadata = entry.get("tables") or {}, entry.get("metadata_tables") or {}
     if c.split not in tables or c.split not in metadata:
         raise WorkbenchError(
@@ -139,8 +146,8 @@ def _cassandra(settings: Settings, c: CeilingConfig) -> _Command:
     return _Command(argv, env)
 
 
-def _ignite(settings: Settings, c: CeilingConfig) -> _Command:
-    entry = _entry(settings, "ignite", c)
+def _ignite(settings: Settings, backend: str, c: CeilingConfig) -> _Command:
+    entry = _entry(settings, backend, c)
     if entry.get("mode", "binary") != "binary":
         raise WorkbenchError(f"the Ignite ceiling reads binary-mode caches; dataset '{c.dataset}' is in "
                              f"{entry.get('mode')} mode (ingest with -o mode=binary)")
@@ -156,19 +163,25 @@ def _ignite(settings: Settings, c: CeilingConfig) -> _Command:
     return _Command(argv, env)
 
 
-def _fs(settings: Settings, c: CeilingConfig) -> _Command:
-    entry = _entry(settings, "fs", c)
+def _fs(settings: Settings, backend: str, c: CeilingConfig) -> _Command:
+    entry = _entry(settings, backend, c)
     argv = [str(go_program(settings, GO_PROGRAMS["fs"])), "-root", str(Path(entry["root"])), "-split", c.split,
             "-layout", entry.get("layout") or "imagefolder", "-concurrency", str(c.concurrency)]
     return _Command(argv, _base_env())
 
 
+# Ceiling program key (a backend descriptor's `native_ceiling`) -> (its name in result rows, its command line).
+PROGRAMS: dict[str, tuple[str, Callable[[Settings, str, CeilingConfig], _Command]]] = {
+    "gocql": ("go/gocql", _cassandra),
+    "minio-go": ("go/minio-go", _s3),
+    "ignite-thin-client": ("java/ignite-thin-client", _ignite),
+    "os": ("go/os", _fs),
+}
+
+
 def command_for(settings: Settings, backend: str, config: CeilingConfig) -> _Command:
     """The program's command line and environment (builds the program on first use)."""
-    _check_backend(backend)
-    if backend in ("s3-objects", "s3-shards"):
-        return _s3(settings, backend, config)
-    return {"cassandra": _cassandra, "ignite": _ignite, "fs": _fs}[backend](settings, config)
+    return PROGRAMS[_program(backend)][1](settings, backend, config)
 
 
 def _scrub(text: str, settings: Settings) -> str:

@@ -66,7 +66,7 @@ class ScratchFile:
 
     def __init__(self, name: str) -> None:
         folder = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
-        self.path = folder / f"workbench-fuzz-{name}-{id(self)}"
+        self.path = folder / f"workbench-fuzz-{name}"  # one per harness, reused: libFuzzer exits without cleanup
 
     def write(self, data: bytes) -> Path:
         self.path.write_bytes(data)

@@ -52,6 +52,19 @@ class IndexedSource(Source, Protocol):
     def sample(self, i: int) -> Sample: ...
 
 
+class ByIndex:
+    """A source made one sample at a time: iterating it is `sample(0)`, `sample(1)`, ... (subclasses give both)."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def sample(self, i: int) -> Sample:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Sample]:
+        return (self.sample(i) for i in range(len(self)))
+
+
 def _check_index(i: int, n: int) -> int:
     """Reject out-of-range indices instead of silently wrapping like Python lists."""
     if not 0 <= i < n:
@@ -76,7 +89,7 @@ _FINE_BITS = 4  # full-resolution grain in [0, 16): defeats JPEG's easy wins che
 _TEXTURE_RANGE = (0.5, 1.1)  # per-image strength of the coarse texture: file sizes vary
 
 
-class SyntheticSource:
+class SyntheticSource(ByIndex):
     """Real JPEGs with ImageNet-like sizes, generated from ``(seed, i)`` alone.
 
     Pixels are a smooth colour gradient plus half-resolution noise (upsampled) plus fine grain,
@@ -115,9 +128,6 @@ class SyntheticSource:
 
     def __len__(self) -> int:
         return self.count
-
-    def __iter__(self) -> Iterator[Sample]:
-        return (self.sample(i) for i in range(self.count))
 
     def sample(self, i: int) -> Sample:
         """Sample ``i``: a pure function of ``(seed, i)``, whatever was generated before."""
@@ -199,7 +209,7 @@ def _encode_jpeg(pixels: np.ndarray | Image.Image) -> bytes:
 # --------------------------------------------------------------------------------------------
 
 
-class ImageFolderSource:
+class ImageFolderSource(ByIndex):
     """torchvision ``ImageFolder`` layout (``root/<class>/<file>``); bytes pass through undecoded.
 
     Classes and files are sorted so ids, labels and order are the same on every machine; class
@@ -230,9 +240,6 @@ class ImageFolderSource:
 
     def __len__(self) -> int:
         return len(self._files)
-
-    def __iter__(self) -> Iterator[Sample]:
-        return (self.sample(i) for i in range(len(self._files)))
 
     def sample(self, i: int) -> Sample:
         """Read file ``i`` of the sorted listing."""
@@ -276,7 +283,7 @@ def _header_size(data: bytes) -> tuple[int, int]:
 _FORMAT_EXT = {"JPEG": "jpg", "PNG": "png"}
 
 
-class TorchDatasetSource:
+class TorchDatasetSource(ByIndex):
     """Any map-style dataset yielding ``(image, label)``, like cortx_pytorch's ``upload_cv_dataset``.
 
     Duck typed (``len(ds)`` and ``ds[i]``) so torch is not imported. Images may be PIL images,
@@ -302,9 +309,6 @@ class TorchDatasetSource:
 
     def __len__(self) -> int:
         return len(self.ds)
-
-    def __iter__(self) -> Iterator[Sample]:
-        return (self.sample(i) for i in range(len(self.ds)))
 
     def sample(self, i: int) -> Sample:
         """Encode item ``i`` of the wrapped dataset."""

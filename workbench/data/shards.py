@@ -4,6 +4,10 @@ Each sample is stored as contiguous tar members named ``<key>.<ext>`` (image, la
 which is what both the ``webdataset`` library and DALI's ``fn.readers.webdataset`` expect.
 Headers are fixed (mtime 0, uid/gid 0, empty owner names, mode 0o444), so the same samples
 always give byte-identical shards.
+
+The packer also records where every sample's members lie (`workbench.data.shard_spans`); the index
+(version 2) carries those spans so readers slice samples out (`slice_shard`) instead of parsing the tar
+(`read_shard`, still there for version-1 indexes and for verification).
 """
 
 from __future__ import annotations
@@ -11,20 +15,28 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from workbench.data.sample import JPEG_MAGIC, NPY_MAGIC, PNG_MAGIC, Sample, checksum
+from workbench.data.shard_spans import (
+    BLOCK,
+    Member,
+    SampleSpan,
+    header_crc,
+    member_layout,
+    rows_to_spans,
+    span_to_row,
+)
 from workbench.errors import WorkbenchError
 
-BLOCK = tarfile.BLOCKSIZE  # 512
 RECORD = tarfile.RECORDSIZE  # 10240: tarfile pads a closed archive to a multiple of this
 INDEX_FORMAT = "workbench-shards"
-INDEX_VERSION = 1
-
-
-
+# 2: a top-level "members" object maps shard names to their sample rows (shard_spans); "shards" is as in
+# version 1, so version-1 readers still read a version-2 index (and ignore the rows).
+INDEX_VERSION = 2
+SHARD_FIELDS = ("name", "samples", "bytes", "first_key", "last_key")
 # The sample id entry is "uid", not "id": webdataset's default decoders turn any ".id" entry into an
 # int, which breaks `.decode()` on shards whose ids are uuids.
 ID_ENTRY = "uid"
@@ -43,6 +55,21 @@ class ShardInfo:
     bytes: int
     first_key: str
     last_key: str
+    # Where each sample lies in the shard (index version 2); None: unknown, readers parse the tar.
+    members: tuple[SampleSpan, ...] | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The version-1 fields, as the index and the shard records store them."""
+        return {f: getattr(self, f) for f in SHARD_FIELDS}
+
+    def rows(self) -> list[list[Any]] | None:
+        """The spans as index rows (None when unknown)."""
+        return None if self.members is None else [span_to_row(s) for s in self.members]
+
+    def with_rows(self, rows: Any) -> ShardInfo:
+        """This shard with the spans of `rows` (None: unknown); bad rows raise ValueError/TypeError."""
+        self.members = None if rows is None else rows_to_spans(rows, self.samples, self.bytes)
+        return self
 
 
 def sample_key(s: Sample) -> str:
@@ -125,6 +152,7 @@ class _ShardBuffer:
         self.tar = tarfile.open(fileobj=self.buf, mode="w", format=tarfile.USTAR_FORMAT)  # noqa: SIM115
         self.samples = 0
         self.first_key = self.last_key = ""
+        self.spans: list[SampleSpan] = []
 
     @property
     def offset(self) -> int:
@@ -132,13 +160,21 @@ class _ShardBuffer:
         return self.tar.offset
 
     def add(self, key: str, entries: dict[str, bytes]) -> None:
-        """Append all entries of one sample, contiguously."""
+        """Append all entries of one sample, contiguously, and record where they went."""
+        start = self.offset
+        offsets, end = member_layout(start, [len(d) for d in entries.values()])
         for ext, data in entries.items():
             info = tarfile.TarInfo(f"{key}.{ext}")
             info.size, info.mtime, info.mode = len(data), 0, 0o444
             info.uid = info.gid = 0
             info.uname = info.gname = ""
             self.tar.addfile(info, io.BytesIO(data))
+        if self.offset != end:  # a name too long for one ustar header block: the layout rule does not hold
+            raise WorkbenchError(f"sample {key!r}: tar members are not one header block each (names too long?)")
+        members = tuple(Member(ext, off, len(d)) for (ext, d), off in zip(entries.items(), offsets, strict=True))
+        with self.buf.getbuffer() as view:
+            crc = header_crc(view, SampleSpan(start, 0, members).regions)
+        self.spans.append(SampleSpan(start, crc, members))
         self.first_key = self.first_key or key
         self.last_key = key
         self.samples += 1
@@ -147,7 +183,7 @@ class _ShardBuffer:
         """Finish the archive and describe it."""
         self.tar.close()
         data = self.buf.getvalue()
-        return ShardInfo(name, self.samples, len(data), self.first_key, self.last_key), data
+        return ShardInfo(name, self.samples, len(data), self.first_key, self.last_key, tuple(self.spans)), data
 
 
 def pack_shards(
@@ -177,15 +213,21 @@ def pack_shards(
 
 
 def write_index(infos: list[ShardInfo]) -> bytes:
-    """JSON index of a shard set: per-shard names, counts and sizes, plus totals."""
-    doc = {
+    """JSON index of a shard set: per-shard names, counts and sizes, totals, and the sample rows of the shards
+    whose spans are known (one line per shard)."""
+    head = {
         "format": INDEX_FORMAT,
         "version": INDEX_VERSION,
         "total_samples": sum(i.samples for i in infos),
         "total_bytes": sum(i.bytes for i in infos),
-        "shards": [asdict(i) for i in infos],
+        "shards": [i.fields() for i in infos],
     }
-    return (json.dumps(doc, indent=1) + "\n").encode()
+    text = json.dumps(head, indent=1)
+    rows = [(i.name, i.rows()) for i in infos if i.members is not None]
+    if rows:  # compact rows, one shard per line: the index stays small and readable
+        lines = ",\n".join(f"  {json.dumps(n)}: {json.dumps(r, separators=(',', ':'))}" for n, r in rows)
+        text = text[: text.rindex("}")].rstrip() + ',\n "members": {\n' + lines + "\n }\n}"
+    return (text + "\n").encode()
 
 
 def read_index(data: bytes) -> list[ShardInfo]:
@@ -195,6 +237,11 @@ def read_index(data: bytes) -> list[ShardInfo]:
         if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT:
             raise WorkbenchError(f"not a {INDEX_FORMAT} document")
         infos = [_shard_info(entry) for entry in doc["shards"]]
+        members = doc.get("members", {})
+        if not isinstance(members, dict):
+            raise TypeError("'members' is not an object")
+        for info in infos:
+            info.with_rows(members.get(info.name))
     except (KeyError, TypeError, ValueError, RecursionError, WorkbenchError) as exc:  # RecursionError: deep nesting
         raise WorkbenchError(f"invalid shard index: {_one_line(exc)}") from None
     if doc.get("total_samples", sum(i.samples for i in infos)) != sum(i.samples for i in infos):
@@ -203,7 +250,9 @@ def read_index(data: bytes) -> list[ShardInfo]:
 
 
 def _shard_info(entry: Any) -> ShardInfo:
-    """One index entry, type-checked."""
+    """One index entry, type-checked (the version-1 fields only)."""
+    if not isinstance(entry, dict) or set(entry) - set(SHARD_FIELDS):
+        raise TypeError(f"bad shard entry {entry!r}")
     info = ShardInfo(**entry)
     if not (isinstance(info.samples, int) and isinstance(info.bytes, int) and isinstance(info.name, str)):
         raise TypeError(f"bad shard entry {entry!r}")
@@ -230,6 +279,38 @@ def read_shard(data: bytes, name: str = "shard") -> Iterator[dict[str, bytes]]:
         yield from _read_members(data)
     except (tarfile.TarError, EOFError, ValueError, WorkbenchError) as exc:
         raise WorkbenchError(f"shard {name}: corrupt or truncated tar ({_one_line(exc)})") from None
+
+
+def slice_shard(data: bytes, spans: Sequence[SampleSpan], name: str = "shard", base: int = 0
+                ) -> Iterator[dict[str, bytes]]:
+    """What `read_shard` gives, sliced out by the index's spans instead of parsed: ``{"__key__": key, ext: bytes}``.
+
+    `data` holds the shard from byte `base` on (the whole shard, or a ranged read of these samples). A sample
+    outside `data`, or whose headers are not the bytes the index recorded, raises WorkbenchError naming the shard.
+    """
+    for span in spans:
+        check_span(data, span, name, base)
+        sample = {"__key__": span_key(data, span, base)}
+        for m in span.members:
+            sample[m.ext] = data[m.offset - base : m.offset - base + m.size]
+        yield sample
+
+
+def check_span(data: bytes, span: SampleSpan, name: str, base: int = 0) -> None:
+    """Raise a WorkbenchError naming the shard unless `data` (from byte `base`) holds `span` as the index says."""
+    if span.start < base or span.end - base > len(data):
+        raise WorkbenchError(f"shard {name}: truncated (the sample at byte {span.start} is not all there): "
+                             "re-run the ingest")
+    if header_crc(data, span.regions, base) != span.header_crc:
+        raise WorkbenchError(f"shard {name}: corrupt or truncated tar (the tar headers of the sample at byte "
+                             f"{span.start} are not those the index recorded): re-run the ingest")
+
+
+def span_key(data: bytes, span: SampleSpan, base: int = 0) -> str:
+    """The tar key of a sample, from the name field of its first member's header (checked by `check_span`)."""
+    at = span.members[0].offset - BLOCK - base
+    name = data[at : at + 100].split(b"\0", 1)[0].decode("utf-8", errors="replace")
+    return split_name(name)[0]
 
 
 def _one_line(exc: BaseException) -> str:

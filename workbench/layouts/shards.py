@@ -7,8 +7,12 @@ by the peers that read our shards. The tar format itself (entries, packing, pars
 Shard set layout, per split::
 
     <split>/shard-000000.tar        WebDataset tar (workbench.data.pack_shards), one per maxsize/maxcount
-    <split>/ids/shard-000000.json   completion record: the shard's ShardInfo and the ids it holds
+    <split>/ids/shard-000000.json   completion record: the shard's ShardInfo, its sample rows and ids
     <split>/index.json              workbench.data.write_index of the complete shards, in name order
+
+Readers slice samples out of a shard by the spans the index records (`workbench.data.shard_spans`): one
+GET of the whole shard (or ranged GETs of the samples wanted), one CRC of each sample's tar headers, one
+slice per entry; no tar parsing. A version-1 index (no spans) falls back to parsing the tar.
 
 A shard is complete once its tar is stored AND its record is written after it (and the tar still has
 the size the record says). `stored_ids` is the union of the complete records; the index is rebuilt
@@ -28,15 +32,16 @@ import logging
 import re
 import uuid
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict
 from itertools import groupby
 from typing import Any
 
 from workbench.concurrency import InFlight, finish
 from workbench.data import (
+    BLOB_LABEL_ENTRIES,
     ID_ENTRY,
+    INT_LABEL_ENTRY,
     META_ENTRIES,
     Item,
     Progress,
@@ -49,6 +54,8 @@ from workbench.data import (
     read_shard,
     write_index,
 )
+from workbench.data.shard_spans import SampleSpan
+from workbench.data.shards import check_span, slice_shard, span_key
 from workbench.errors import WorkbenchError
 from workbench.layouts.common import check_split, labelled
 from workbench.storage import Store
@@ -63,6 +70,9 @@ IDS_DIR = "ids"
 RECORD_FORMAT = "workbench-shard-record"
 # In-flight shards are whole tars in memory: at most this many bytes of them (plus the one being packed).
 SHARD_MEMORY_BUDGET = 512 * 2**20
+# Ranged reads of some samples of a shard: samples less than this apart are read in one range (the gap is
+# cheaper to transfer than another request).
+RANGE_GAP = 256 * 2**10
 
 
 # ------------------------------------------------------------------------------------------------ store
@@ -132,6 +142,10 @@ class ShardSet:
         except (ValueError, TypeError, KeyError) as exc:
             log.warning("ignoring unreadable shard record %s in %s: %s", key, self.store.where, exc)
             return None
+        try:
+            doc["info"].with_rows(doc.get("members"))
+        except (ValueError, TypeError) as exc:  # the shard is fine; its readers parse it instead of slicing
+            log.warning("ignoring the sample rows of shard record %s in %s: %s", key, self.store.where, exc)
         return doc
 
     def _complete(self, listing: _Listing) -> dict[str, list[dict]]:
@@ -185,7 +199,7 @@ class ShardSet:
         """Tar first, then its record: the record is what makes the shard complete."""
         stem = info.name.removesuffix(".tar")
         self.store.put(f"{split}/{info.name}", data)
-        record = {"format": RECORD_FORMAT, "version": 1, "shard": asdict(info),
+        record = {"format": RECORD_FORMAT, "version": 2, "shard": info.fields(), "members": info.rows(),
                   "data_bytes": sum(n for _, n in members), "ids": [str(i) for i, _ in members]}
         self.store.put(f"{split}/{IDS_DIR}/{stem}.json", (json.dumps(record) + "\n").encode())
         return split, info, members
@@ -242,28 +256,30 @@ class ShardSet:
         shards = iter(sorted(self.shard_keys(), key=lambda si: (si[0], si[1].name)))
         prefetch = max(1, min(self.workers, 4, int(SHARD_MEMORY_BUDGET // max(self.maxsize, 1))))
         with ThreadPoolExecutor(prefetch, thread_name_prefix="shard-read") as pool:
-            pending: deque[tuple[str, str, Future]] = deque()
+            pending: deque[tuple[str, ShardInfo, Future]] = deque()
 
             def fill() -> None:
                 while len(pending) < prefetch and (nxt := next(shards, None)) is not None:
                     split, info = nxt
-                    pending.append((split, info.name, pool.submit(self.store.get_or_none, f"{split}/{info.name}")))
+                    pending.append((split, info, pool.submit(self.store.get_or_none, f"{split}/{info.name}")))
 
             fill()
             while pending:
-                split, name, future = pending.popleft()
+                split, info, future = pending.popleft()
                 fill()
                 data = future.result()
                 if data is None:
-                    log.warning("shard %s/%s listed in the index of %s is missing", split, name, self.store.where)
+                    log.warning("shard %s/%s listed in the index of %s is missing", split, info.name, self.store.where)
                     continue
-                yield from _samples_of(data, split, f"{self.store.where}/{split}/{name}")
+                yield from _samples_of(data, split, f"{self.store.where}/{split}/{info.name}", info)
 
 
-def _samples_of(data: bytes, split: str, where: str) -> Iterator[StoredSample]:
+def _samples_of(data: bytes, split: str, where: str, info: ShardInfo) -> Iterator[StoredSample]:
     """StoredSamples of one shard: id from the ``uid`` entry, image = first entry, label by extension."""
     try:
-        for entries in read_shard(data, where):
+        if len(data) != info.bytes:
+            raise WorkbenchError(f"shard {where}: {len(data)} bytes, the index says {info.bytes}")
+        for entries in (read_shard(data, where) if info.members is None else slice_shard(data, info.members, where)):
             try:
                 sample_id = uuid.UUID(entries[ID_ENTRY].decode())
             except (KeyError, ValueError):
@@ -330,8 +346,92 @@ def _shown(name: object) -> str:
     return text if text.isprintable() else repr(text)
 
 
-def shard_items(data: bytes, where: str, label_type: str) -> Iterator[Item]:
-    """Items of one shard's bytes, in the order they were written."""
-    for entries in read_shard(data, where):
-        entries["__url__"] = where
-        yield sample_item(entries, label_type)
+def shard_items(data: bytes, where: str, label_type: str, spans: Sequence[SampleSpan] | None = None,
+                base: int = 0) -> list[Item]:
+    """Items of one shard's bytes, in the order they were written: sliced out by the index's `spans` when it
+    has them (`data` holds the shard from byte `base`), else parsed from the tar."""
+    if spans is None:
+        return [sample_item({**entries, "__url__": where}, label_type) for entries in read_shard(data, where)]
+    items = []
+    for span in spans:
+        check_span(data, span, where, base)
+        items.append(_sliced_item(data, span, where, label_type, base))
+    return items
+
+
+def _sliced_item(data: bytes, span: SampleSpan, where: str, label_type: str, base: int) -> Item:
+    """`sample_item` of one sample, by slices: the common cases here, anything else through `sample_item` itself
+    (same labels, same errors)."""
+    image, uid = span.members[0], span.by_ext.get(ID_ENTRY)
+    if uid is None or image.ext in META_ENTRIES:
+        return sample_item(_entries(data, span, where, base), label_type)
+    try:
+        key = data[uid.offset - base : uid.offset - base + uid.size].decode()
+    except UnicodeDecodeError:
+        return sample_item(_entries(data, span, where, base), label_type)
+    label: int | bytes | None = None
+    m = None
+    if label_type == "int":
+        m = span.by_ext.get(INT_LABEL_ENTRY)
+    elif label_type == "blob":
+        m = next((span.by_ext[e] for e in BLOB_LABEL_ENTRIES if e in span.by_ext and e != image.ext), None)
+    if m is not None:
+        label = data[m.offset - base : m.offset - base + m.size]
+        if label_type == "int":
+            try:
+                label = int(label)  # what entry_label does with the 'cls' bytes
+            except ValueError:
+                m = None
+    if m is None and label_type != "none":  # 'any', or a label missing or bad: the one rule decides, words the error
+        return sample_item(_entries(data, span, where, base), label_type)
+    return Item(key, label, data[image.offset - base : image.offset - base + image.size])
+
+
+def _entries(data: bytes, span: SampleSpan, where: str, base: int) -> dict[str, Any]:
+    """The webdataset-style dict of one sliced sample (``__key__``, ``__url__``, entries)."""
+    entries: dict[str, Any] = {"__key__": span_key(data, span, base), "__url__": where}
+    for m in span.members:
+        entries[m.ext] = data[m.offset - base : m.offset - base + m.size]
+    return entries
+
+
+def fetch_items(store: Store, split: str, info: ShardInfo, label_type: str,
+                which: Sequence[int] | None = None) -> list[Item]:
+    """Items of one indexed shard: all of them from one GET of the shard, or with `which` (sample positions in
+    the shard) only those, from ranged GETs of their bytes when the index has the shard's spans.
+
+    Either way the shard's size must be what the index says; damage is a WorkbenchError naming the shard.
+    """
+    where = f"{store.where}/{split}/{info.name}"
+    if which is None or info.members is None:
+        items = shard_items(fetch_shard(store, split, info), where, label_type, info.members)
+        return items if which is None else [items[i] for i in which]
+    key = f"{split}/{info.name}"
+    try:
+        head = store.head(key)
+    except KeyError:
+        raise WorkbenchError(f"shard {where} is listed in the index but missing: re-run the ingest") from None
+    if head.size != info.bytes:
+        raise WorkbenchError(
+            f"shard {where}: corrupt or truncated ({head.size} bytes, the index says {info.bytes}): re-run the ingest")
+    items = []
+    for run in sample_runs([info.members[i] for i in which]):
+        start = run[0].start
+        try:
+            data = store.get_range(key, start, max(s.end for s in run), head.etag)
+        except KeyError:
+            raise WorkbenchError(f"shard {where} was deleted while it was read: re-run the ingest") from None
+        items += shard_items(data, where, label_type, run, base=start)
+    return items
+
+
+def sample_runs(spans: Sequence[SampleSpan], gap: int = RANGE_GAP) -> list[list[SampleSpan]]:
+    """Spans grouped into runs that one ranged read covers: each next span starts at most `gap` bytes after the
+    previous one ends (in the order given; a span before its predecessor starts a new run)."""
+    runs: list[list[SampleSpan]] = []
+    for span in spans:
+        if runs and runs[-1][-1].end <= span.start <= runs[-1][-1].end + gap:
+            runs[-1].append(span)
+        else:
+            runs.append([span])
+    return runs

@@ -10,7 +10,8 @@ layout is recognised from the files: ``<root>/<split>/index.json`` means shards)
   the files with ``concurrency`` threads, in order or as they complete (``ordered``).
 * ``shards``: the split's tar shards from its ``index.json``; shards are shuffled per epoch and split
   across ranks x workers (so with fewer shards than readers some readers get none), read a few at a time
-  and unpacked with `read_shard`; samples then go through a seeded ``shuffle_buffer``, as with S3 shards.
+  and cut into Items by the spans of a version-2 index (slices, no tar parsing; a version-1 index: parsed
+  with `read_shard`); samples then go through a seeded ``shuffle_buffer``, as with S3 shards.
 
 A missing or unreadable file raises a WorkbenchError naming it.
 ``raw_ceiling(settings, config)`` reads the same files with plain threads: what the disk gives at best.
@@ -31,7 +32,7 @@ from urllib.parse import unquote
 from pydantic import Field
 
 from workbench.backends import locate
-from workbench.concurrency import LazyPool, in_flight
+from workbench.concurrency import LazyPool, fixed_depth, in_flight
 from workbench.config import Settings
 from workbench.data import ShardInfo, read_index
 from workbench.errors import WorkbenchError
@@ -167,7 +168,7 @@ class FilesystemLoader(Loader):
                         count, len(shards), self.split_dir)
         mine = take_shard(epoch_order(shards, c.seed, epoch, c.shuffle), index, count)
         pool = self._pool.get()
-        depth = max(1, min(c.concurrency, SHARDS_IN_FLIGHT))
+        depth = max(1, min(fixed_depth(c.concurrency), SHARDS_IN_FLIGHT))
         stream = (item for _, data in in_flight(mine, lambda s: pool.submit(self._read_shard_file, s), depth,
                                                 c.ordered)
                   for item in data)
@@ -177,7 +178,11 @@ class FilesystemLoader(Loader):
 
     def _read_shard_file(self, info: ShardInfo) -> list[Item]:
         path = self.split_dir / info.name
-        return list(shard_items(read_bytes(path, "shard"), str(path), self.config.label_type))
+        data = read_bytes(path, "shard")
+        if len(data) != info.bytes:
+            raise WorkbenchError(f"shard {path}: corrupt or truncated ({len(data)} bytes, the index says "
+                                 f"{info.bytes}): re-run the ingest")
+        return shard_items(data, str(path), self.config.label_type, info.members)
 
     def close(self) -> None:
         self._pool.close()
@@ -259,6 +264,6 @@ def raw_ceiling(settings: Settings, config: LoaderConfig | dict) -> tuple[int, i
         files = loader.files()
         paths = [loader.root / f.rel for f in files]
         samples = len(files)
-    with ThreadPoolExecutor(c.concurrency, thread_name_prefix="fs-raw") as pool:
+    with ThreadPoolExecutor(fixed_depth(c.concurrency), thread_name_prefix="fs-raw") as pool:
         nbytes = sum(pool.map(lambda p: len(read_bytes(p, "raw read")), paths))
     return samples, nbytes

@@ -10,8 +10,9 @@ One epoch of one reader (rank x DataLoader worker):
    than ranks x workers, some readers get no shard at all and deliver nothing that epoch (a warning
    says so; nothing hangs). Ingest with a smaller ``maxcount``/``maxsize`` to give every reader work;
 3. `parallel_shards` shard GETs are kept in flight on a thread pool (`in_flight`, in order unless
-   ``ordered=False``); each shard is fetched and parsed (`read_shard`) in a pool thread, so at most
-   `parallel_shards` + 1 shards are held in memory (2x their size while parsing);
+   ``ordered=False``); each shard is fetched and cut into Items in a pool thread: sliced by the spans of a
+   version-2 index (`workbench.layouts.shards.fetch_items`, no tar parsing), parsed only for a version-1
+   index. At most `parallel_shards` + 1 shards are held in memory (2x their size while slicing);
 4. samples pass through a `shuffle_buffer` of `shuffle_buffer` items seeded by (seed, epoch, reader),
    the WebDataset-style approximate shuffle (0 or 1, or ``shuffle=False``: shard order only).
 
@@ -23,17 +24,18 @@ from __future__ import annotations
 import logging
 import random
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import Field
 
 from workbench.backends import locate
-from workbench.concurrency import LazyPool, in_flight
+from workbench.concurrency import LazyPool, fixed_depth, in_flight
 from workbench.config import Settings
 from workbench.data import ShardInfo, read_shard
-from workbench.layouts.shards import fetch_shard, read_split_index, sample_item
+from workbench.data.shards import slice_shard
+from workbench.layouts.shards import fetch_items, fetch_shard, read_split_index, sample_item
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, shuffle_buffer, take_shard
 from workbench.loaders.retry import RetryConfig, policy_of
@@ -41,7 +43,7 @@ from workbench.loaders.s3_location import S3Location
 from workbench.storage import S3Store
 
 log = logging.getLogger(__name__)
-
+T = TypeVar("T")
 
 
 class S3ShardsConfig(LoaderConfig, S3Location, RetryConfig):
@@ -115,29 +117,39 @@ class S3ShardsLoader(Loader):
     def shard_url(self, info: ShardInfo) -> str:
         return f"{self.store.where}/{self.config.split}/{info.name}"
 
-    def fetch_retrying(self, info: ShardInfo) -> list[dict[str, Any]]:
-        """`fetch`, re-tried on transient failures: the whole shard again, so no sample is lost or repeated."""
-        return policy_of(self.config).call(lambda: self.fetch(info), f"GET {self.shard_url(info)}")
+    def fetch_retrying(self, info: ShardInfo, fetch: Callable[[ShardInfo], list[T]] | None = None) -> list[T]:
+        """`fetch` (default: `fetch_raw`), re-tried on transient failures: the whole shard again, so no sample is
+        lost or repeated."""
+        fn = fetch or self.fetch_raw
+        return policy_of(self.config).call(lambda: fn(info), f"GET {self.shard_url(info)}")
 
-    def fetch(self, info: ShardInfo) -> list[dict[str, Any]]:
-        """GET one shard and parse it into webdataset-style sample dicts (with ``__key__`` and ``__url__``)."""
+    def fetch(self, info: ShardInfo) -> list[Item]:
+        """GET one shard and cut it into Items (sliced by the index, or parsed for a version-1 index)."""
+        return fetch_items(self.store, self.config.split, info, self.config.label_type)
+
+    def fetch_raw(self, info: ShardInfo) -> list[dict[str, Any]]:
+        """GET one shard as webdataset-style sample dicts (with ``__key__`` and ``__url__``), for `raw_samples`."""
         url = self.shard_url(info)
-        # Any damage: a WorkbenchError naming the shard.
-        samples = list(read_shard(fetch_shard(self.store, self.config.split, info), url))
+        data = fetch_shard(self.store, self.config.split, info)  # any damage: a WorkbenchError naming the shard
+        samples = list(read_shard(data, url) if info.members is None else slice_shard(data, info.members, url))
         for entries in samples:
             entries["__url__"] = url
         return samples
 
     def raw_samples(self, epoch: int) -> Iterator[dict[str, Any]]:
         """This reader's raw sample dicts for `epoch`: shards in flight, then the shuffle buffer."""
+        return self._samples(epoch, self.fetch_raw)
+
+    def _samples(self, epoch: int, fetch: Callable[[ShardInfo], list[T]]) -> Iterator[T]:
+        """What `fetch` makes of this reader's shards for `epoch`: shards in flight, then the shuffle buffer."""
         mine, index = self.my_shards(epoch)
         if not mine:
             return
         pool = self._pool.get()
-        fetched = in_flight(mine, lambda info: pool.submit(self.fetch_retrying, info), self.config.parallel_shards,
-                            ordered=self.config.ordered)
+        fetched = in_flight(mine, lambda info: pool.submit(self.fetch_retrying, info, fetch),
+                            self.config.parallel_shards, ordered=self.config.ordered)
 
-        def stream() -> Iterator[dict[str, Any]]:
+        def stream() -> Iterator[T]:
             for _, shard_samples in fetched:
                 yield from shard_samples
 
@@ -148,8 +160,7 @@ class S3ShardsLoader(Loader):
             fetched.close()  # cancels the GETs not yet started when the consumer stops early
 
     def iter_epoch(self, epoch: int) -> Iterator[Item]:
-        for entries in self.raw_samples(epoch):
-            yield self.item(entries)
+        return self._samples(epoch, self.fetch)
 
     def item(self, entries: dict[str, Any]) -> Item:
         return sample_item(entries, self.config.label_type)
@@ -166,13 +177,13 @@ def raw_ceiling(settings: Settings, config: LoaderConfig) -> tuple[int, int]:
     bytes a loader counts). Time the call to get the ceiling rates. Reads all ranks' shards.
     """
     bucket, prefix = locate_prefix(settings, "s3-shards", config)
-    store = S3Store(settings, bucket, prefix, config.via_proxy, connections=config.concurrency + 4)
+    store = S3Store(settings, bucket, prefix, config.via_proxy, connections=fixed_depth(config.concurrency) + 4)
     split = config.split
     infos = read_split_index(store, split, config.dataset)
 
     def get(info: ShardInfo) -> int:
         return len(store.get(f"{split}/{info.name}")[0])
 
-    with ThreadPoolExecutor(config.concurrency, thread_name_prefix="s3-ceiling") as pool:
+    with ThreadPoolExecutor(fixed_depth(config.concurrency), thread_name_prefix="s3-ceiling") as pool:
         total = sum(pool.map(get, infos))
     return sum(i.samples for i in infos), total

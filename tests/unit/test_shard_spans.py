@@ -1,0 +1,227 @@
+"""Shards without parsing: the offset rule, the version-2 index, slicing == tar parsing, ranged reads, damage."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from workbench.data import Sample, ShardInfo, SyntheticSource, encode_multilabel, pack_shards, read_index, read_shard
+from workbench.data.sample import JPEG_MAGIC, PNG_MAGIC
+from workbench.data.shard_spans import BLOCK, Member, SampleSpan, member_layout, padded, row_to_span, rows_to_spans
+from workbench.data.shards import SHARD_FIELDS, slice_shard, write_index
+from workbench.errors import WorkbenchError
+from workbench.layouts.shards import fetch_items, sample_item, sample_runs, shard_items
+from workbench.storage import DirStore
+
+# ------------------------------------------------------------------------------------ the offset rule
+
+
+def test_padded_and_member_layout_by_hand() -> None:
+    assert [padded(n) for n in (0, 1, 511, 512, 513, 1024)] == [0, 512, 512, 512, 1024, 1024]
+    # jpg of 1000 bytes, cls of 1, uid of 36, sum of 32, from byte 10240
+    offsets, end = member_layout(10240, [1000, 1, 36, 32])
+    assert offsets == [10752, 12288, 13312, 14336]
+    assert end == 14848
+    assert member_layout(0, []) == ([], 0)
+    assert member_layout(0, [0]) == ([512], 512)  # an empty member: a header and no data block
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 3000), min_size=1, max_size=6), st.integers(0, 5))
+def test_member_layout_is_where_tarfile_puts_the_data(sizes: list[int], skip: int) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(skip):  # members before this sample
+            info = tarfile.TarInfo(f"pre{i}.bin")
+            info.size = i * 100
+            tar.addfile(info, io.BytesIO(bytes(info.size)))
+        start = tar.offset
+        for i, size in enumerate(sizes):
+            info = tarfile.TarInfo(f"k.e{i}")
+            info.size = size
+            tar.addfile(info, io.BytesIO(bytes([i % 256]) * size))
+        end = tar.offset
+    offsets, computed_end = member_layout(start, sizes)
+    assert computed_end == end
+    with tarfile.open(fileobj=io.BytesIO(buf.getvalue())) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith("k.")]
+    assert [m.offset_data for m in members] == offsets
+
+
+def test_span_derived_fields() -> None:
+    span = SampleSpan(0, 7, (Member("jpg", 512, 1000), Member("cls", 2048, 1), Member("uid", 3072, 36)))
+    assert span.end == 3584
+    assert span.regions == ((0, 512), (1512, 2048), (2049, 3072), (3108, 3584))
+    assert span.by_ext["cls"] == Member("cls", 2048, 1)
+
+
+@pytest.mark.parametrize("row", [
+    [0, 1], [0, 1, "jpg", 512], "x", [0, 1, "jpg", 100, 10],  # no room for the header
+    [0, 1, "jpg", 512, 10, "jpg", 1536, 1],  # the same entry twice
+    [0, 1, "jpg", 512, 10, "cls", 600, 1],  # overlaps the previous member
+    [0, 1, "jpg", 512, 10**6], [-1, 1, "jpg", 512, 1], [0, 2**32, "jpg", 512, 1], [0, 1, "", 512, 1],
+    [0, 1, "jpg", 512.0, 1], [0, 1, "jpg", True, 1], [0, 1, 3, 512, 1],
+])
+def test_bad_rows_are_rejected(row) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        row_to_span(row, 10240)
+
+
+def test_rows_must_match_the_shard() -> None:
+    row = [0, 1, "jpg", 512, 10]
+    assert len(rows_to_spans([row, [1024, 1, "jpg", 1536, 10]], 2, 10240)) == 2
+    for rows, samples in (([row], 2), ([row, row], 2), ({}, 1)):
+        with pytest.raises(ValueError):
+            rows_to_spans(rows, samples, 10240)
+
+
+# ---------------------------------------------------------------------------------------- the index
+
+
+@pytest.fixture(scope="module")
+def shards() -> list[tuple[ShardInfo, bytes]]:
+    return list(pack_shards(SyntheticSource(20, seed=3, mean_kb=4), maxcount=6))
+
+
+def test_index_v2_round_trip_and_readable_by_version_1_readers(shards) -> None:
+    infos = [info for info, _ in shards]
+    assert all(info.members is not None and len(info.members) == info.samples for info in infos)
+    data = write_index(infos)
+    assert read_index(data) == infos
+    doc = json.loads(data)
+    assert doc["version"] == 2 and set(doc["members"]) == {i.name for i in infos}
+    # A version-1 reader builds ShardInfo(**entry) from "shards" and ignores the rest.
+    assert all(set(entry) == set(SHARD_FIELDS) for entry in doc["shards"])
+    assert [ShardInfo(**entry).fields() for entry in doc["shards"]] == [i.fields() for i in infos]
+
+
+def test_index_v1_loads_without_spans_and_readers_parse(shards) -> None:
+    infos = [info for info, _ in shards]
+    v1 = {"format": "workbench-shards", "version": 1, "total_samples": sum(i.samples for i in infos),
+          "total_bytes": sum(i.bytes for i in infos), "shards": [i.fields() for i in infos]}
+    loaded = read_index(json.dumps(v1).encode())
+    assert [i.members for i in loaded] == [None] * len(infos)
+    info, data = shards[0]
+    assert shard_items(data, "x.tar", "int", loaded[0].members) == shard_items(data, "x.tar", "int", info.members)
+
+
+def test_index_with_bad_rows_is_one_clear_error(shards) -> None:
+    info, _ = shards[0]
+    doc = json.loads(write_index([info]))
+    for members in ([], {"shard-000000.tar": [[0, 1, "jpg", 512, 10**9]] * info.samples}, {"shard-000000.tar": 3}):
+        doc["members"] = members
+        with pytest.raises(WorkbenchError, match="invalid shard index"):
+            read_index(json.dumps(doc).encode())
+
+
+# ------------------------------------------------------------------------------- slicing == parsing
+
+IDS = st.uuids().map(lambda u: uuid.UUID(int=u.int))
+PAYLOAD = st.binary(min_size=0, max_size=1500)
+IMAGE = st.one_of(PAYLOAD.map(lambda b: (JPEG_MAGIC + b, "x.jpg")), PAYLOAD.map(lambda b: (PNG_MAGIC + b, "x.png")))
+LABEL = st.one_of(
+    st.none(), st.integers(-5, 10**6),
+    PAYLOAD.map(lambda b: PNG_MAGIC + b),  # a mask ('png', or 'seg.png' beside a png image)
+    st.lists(st.integers(0, 1), min_size=1, max_size=8).map(lambda v: encode_multilabel(np.array(v, np.uint8))),
+    PAYLOAD.filter(lambda b: not b.startswith((PNG_MAGIC, b"\x93NUMPY"))),  # 'lbl'
+)
+SAMPLES = st.lists(st.tuples(IDS, IMAGE, LABEL), min_size=1, max_size=12, unique_by=lambda t: t[0])
+
+
+def _outcome(fn, *args):
+    """What `fn(*args)` gives, or the WorkbenchError text it raises (the two readers must agree on either)."""
+    try:
+        return fn(*args)
+    except WorkbenchError as exc:
+        return ("error", str(exc))
+
+
+def _parsed_items(data: bytes, label_type: str) -> list:
+    return [sample_item({**entries, "__url__": "u"}, label_type) for entries in read_shard(data)]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(SAMPLES, st.integers(1, 5))
+def test_slicing_by_the_index_is_tar_parsing(samples, maxcount) -> None:
+    source = [Sample(id=i, name=f"c/{name}", label=label, data=data) for i, (data, name), label in samples]
+    for info, data in pack_shards(source, maxcount=maxcount):
+        [info] = read_index(write_index([info]))  # what a reader has: the index as stored
+        assert list(slice_shard(data, info.members, info.name)) == list(read_shard(data, info.name))
+        for label_type in ("int", "blob", "none", "any"):
+            parsed = _outcome(_parsed_items, data, label_type)
+            assert _outcome(shard_items, data, "u", label_type, info.members) == parsed
+
+
+# --------------------------------------------------------------------------- damage and ranged reads
+
+
+def test_damaged_headers_name_the_shard_payload_damage_is_not_a_tar_error(shards) -> None:
+    info, data = shards[0]
+    span = info.members[2]
+    for at in (span.start + 100, span.members[1].offset - 1, span.end - 1):  # header, padding, last padding
+        damaged = bytearray(data)
+        damaged[at] ^= 0xFF
+        with pytest.raises(WorkbenchError, match=rf"shard shard-000000\.tar: corrupt.*byte {span.start}"):
+            shard_items(bytes(damaged), "shard-000000.tar", "int", info.members)
+        with pytest.raises(WorkbenchError, match=r"shard-000000\.tar"):
+            list(slice_shard(bytes(damaged), info.members, "shard-000000.tar"))
+    damaged = bytearray(data)
+    damaged[span.members[0].offset] ^= 0xFF  # image bytes: tar has no checksum of data, neither do we
+    items = shard_items(bytes(damaged), "s", "int", info.members)
+    assert items[2].data != shard_items(data, "s", "int", info.members)[2].data
+    with pytest.raises(WorkbenchError, match=r"shard s: truncated"):
+        shard_items(data[: span.end - 1], "s", "int", info.members)
+
+
+def test_sample_runs_coalesce_near_samples() -> None:
+    spans = [SampleSpan(s, 0, (Member("jpg", s + BLOCK, 10),)) for s in (0, 1024, 2048, 10 * 1024, 40 * 1024)]
+    assert [[s.start for s in r] for r in sample_runs(spans, gap=8 * 1024)] == [[0, 1024, 2048, 10240], [40960]]
+    assert [[s.start for s in r] for r in sample_runs(spans[::-1], gap=8 * 1024)] == [[40960], [10240], [2048],
+                                                                                     [1024], [0]]
+    assert [[s.start for s in r] for r in sample_runs(spans, gap=0)] == [[0, 1024, 2048], [10240], [40960]]
+
+
+class CountingStore(DirStore):
+    """A directory store that counts its reads (to show a subset costs ranges, not the whole shard)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.gets: list[tuple] = []
+
+    def get(self, key):
+        self.gets.append(("get", key))
+        return super().get(key)
+
+    def get_range(self, key, start, end, etag=None):
+        self.gets.append(("range", start, end))
+        return super().get_range(key, start, end, etag)
+
+
+def test_fetch_items_whole_shard_or_ranges(shards, tmp_path) -> None:
+    store = CountingStore(tmp_path)
+    info, data = shards[1]
+    store.put(f"train/{info.name}", data)
+    everything = fetch_items(store, "train", info, "int")
+    assert store.gets == [("get", f"train/{info.name}")]
+    assert everything == shard_items(data, "x", "int", info.members)
+    store.gets.clear()
+    picked = fetch_items(store, "train", info, "int", which=[4, 0, 1])
+    assert picked == [everything[4], everything[0], everything[1]]
+    assert [g[0] for g in store.gets] == ["range", "range"]  # [4], then [0, 1] in one range
+    assert sum(g[2] - g[1] for g in store.gets) < len(data)
+    # A shard whose size is not the index's: the same message as a whole-shard read.
+    store.put(f"train/{info.name}", data[:-BLOCK])
+    for which in (None, [0]):
+        with pytest.raises(WorkbenchError, match=r"shard .*shard-000001\.tar: corrupt or truncated .*index says"):
+            fetch_items(store, "train", info, "int", which=which)
+    store.delete([f"train/{info.name}"])
+    with pytest.raises(WorkbenchError, match="missing"):
+        fetch_items(store, "train", info, "int", which=[0])

@@ -1,0 +1,126 @@
+"""Where each sample's members lie in a tar shard, so readers slice them out instead of parsing the tar.
+
+A ustar member is a 512-byte header block followed by its data, padded with zeros to a whole block. The
+packer (`workbench.data.shards.pack_shards`) writes a sample's members back to back, so their data offsets
+follow from the sample's first byte and the member sizes (`member_layout`). Each sample's span is recorded
+in the shard index (format version 2): its first byte, a CRC-32 of every byte of the span that is not
+payload (headers and padding, what tarfile's header checksums would guard), and per member its entry name,
+data offset and size. A reader then needs one slice per entry and one CRC per sample; the shard stays an
+ordinary tar that any tar or WebDataset reader can still read.
+
+Index rows are flat JSON lists, one per sample: ``[start, header_crc, ext, offset, size, ext, offset, size, ...]``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+BLOCK = 512
+
+
+def padded(size: int) -> int:
+    """Bytes `size` bytes of member data take in the archive: rounded up to whole blocks."""
+    return -(-size // BLOCK) * BLOCK
+
+
+def member_layout(start: int, sizes: Sequence[int]) -> tuple[list[int], int]:
+    """Data offsets of members of `sizes` bytes written back to back from `start`, one header block each,
+    and the offset just past the last one's padding (where the next sample starts)."""
+    offsets = []
+    pos = start
+    for size in sizes:
+        offsets.append(pos + BLOCK)
+        pos += BLOCK + padded(size)
+    return offsets, pos
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One entry of a sample: name after the key (``jpg``, ``cls``, ``uid``...), data offset and size in the shard."""
+
+    ext: str
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class SampleSpan:
+    """One sample's bytes ``[start, end)`` of its shard: members in write order (the image first)."""
+
+    start: int
+    header_crc: int
+    members: tuple[Member, ...]
+    end: int = field(init=False, compare=False)
+    by_ext: dict[str, Member] = field(init=False, compare=False, repr=False)
+    # The non-payload byte ranges of the span: each member's header (and the padding before it), then the
+    # last member's padding. Computed once: readers check them for every sample they slice.
+    regions: tuple[tuple[int, int], ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        regions, pos = [], self.start
+        for m in self.members:
+            regions.append((pos, m.offset))
+            pos = m.offset + m.size
+        end = self.members[-1].offset + padded(self.members[-1].size)
+        regions.append((pos, end))
+        object.__setattr__(self, "end", end)
+        object.__setattr__(self, "by_ext", {m.ext: m for m in self.members})
+        object.__setattr__(self, "regions", tuple(regions))
+
+
+def header_crc(data: bytes | memoryview, regions: Sequence[tuple[int, int]], base: int = 0) -> int:
+    """CRC-32 of the bytes of `regions` (shard offsets) in `data`, which holds the shard from offset `base`."""
+    view = memoryview(data)
+    crc = 0
+    for a, b in regions:
+        crc = zlib.crc32(view[a - base : b - base], crc)
+    return crc
+
+
+def span_to_row(span: SampleSpan) -> list[Any]:
+    """The index row of a span (see the module docstring)."""
+    row: list[Any] = [span.start, span.header_crc]
+    for m in span.members:
+        row += [m.ext, m.offset, m.size]
+    return row
+
+
+def _count(value: Any) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{value!r} is not a byte count")
+    return value
+
+
+def row_to_span(row: Any, shard_bytes: int) -> SampleSpan:
+    """A span from an index row, checked: members in order, inside the shard, each after a header block.
+
+    Raises ValueError or TypeError on a bad row (the index reader turns them into one WorkbenchError).
+    """
+    if not isinstance(row, list) or len(row) < 5 or (len(row) - 2) % 3:
+        raise ValueError(f"bad sample row {str(row)[:80]!r}")
+    start, crc = _count(row[0]), _count(row[1])
+    members, pos = [], start
+    for i in range(2, len(row), 3):
+        ext, offset, size = row[i], _count(row[i + 1]), _count(row[i + 2])
+        if not isinstance(ext, str) or not ext or offset < pos + BLOCK:
+            raise ValueError(f"bad member {ext!r} at {offset} in sample row starting at {start}")
+        members.append(Member(ext, offset, size))
+        pos = offset + padded(size)
+    if pos > shard_bytes or crc > 0xFFFFFFFF or len({m.ext for m in members}) != len(members):
+        raise ValueError(f"bad sample row starting at {start} (ends at {pos}, the shard has {shard_bytes} bytes)")
+    return SampleSpan(start, crc, tuple(members))
+
+
+def rows_to_spans(rows: Any, samples: int, shard_bytes: int) -> tuple[SampleSpan, ...]:
+    """All spans of one shard from its index rows: one per sample, in order, not overlapping."""
+    if not isinstance(rows, list) or len(rows) != samples:
+        raise ValueError(f"{samples} samples but {len(rows) if isinstance(rows, list) else 'no'} sample rows")
+    spans = tuple(row_to_span(row, shard_bytes) for row in rows)
+    for a, b in itertools.pairwise(spans):
+        if b.start < a.end:
+            raise ValueError(f"sample rows overlap at {b.start}")
+    return spans

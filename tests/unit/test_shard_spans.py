@@ -225,3 +225,41 @@ def test_fetch_items_whole_shard_or_ranges(shards, tmp_path) -> None:
     store.delete([f"train/{info.name}"])
     with pytest.raises(WorkbenchError, match="missing"):
         fetch_items(store, "train", info, "int", which=[0])
+
+
+# ------------------------------------------------------------------------------------ outside input
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 2**33) | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+                    max_leaves=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.one_of(JSON, st.lists(st.lists(st.one_of(st.integers(-1, 70000), st.sampled_from(["jpg", "cls", "uid"])),
+                                              max_size=11), max_size=4)))
+def test_any_members_document_is_rows_or_one_clear_error(rows) -> None:
+    info = ShardInfo("shard-000000.tar", 2, 20480, "a", "b")
+    doc = json.loads(write_index([info]))
+    doc["members"] = {"shard-000000.tar": rows}
+    try:
+        [got] = read_index(json.dumps(doc).encode())
+    except WorkbenchError as exc:
+        assert str(exc).startswith("invalid shard index")
+        return
+    assert got.members is None or (len(got.members) == 2 and all(s.end <= 20480 for s in got.members))
+
+
+@settings(max_examples=150, deadline=None)
+@given(cuts=st.lists(st.tuples(st.integers(0, 60_000), st.integers(0, 255)), min_size=1, max_size=4),
+       label_type=st.sampled_from(["int", "blob", "none", "any"]))
+def test_damaged_shard_bytes_give_items_or_one_clear_error(shards, cuts, label_type) -> None:
+    info, data = shards[0]
+    damaged = bytearray(data)
+    for at, value in cuts:
+        damaged[at % len(damaged)] = value
+    try:
+        items = shard_items(bytes(damaged), "shard-000000.tar", label_type, info.members)
+    except WorkbenchError as exc:
+        assert "shard-000000.tar" in str(exc)
+        return
+    assert len(items) == info.samples  # payload damage (an image, a uid) is not a tar error: tar has no data sums

@@ -19,6 +19,7 @@ from workbench.bench.sweep_config import load_sweep_config
 from workbench.catalog import catalog_path
 from workbench.chaos import chaos_command
 from workbench.cli_inference import inference_app
+from workbench.concurrency import parse_concurrency
 from workbench.config import Settings, ensure_credentials, get_settings
 from workbench.data import parse_source
 from workbench.errors import WorkbenchError
@@ -241,7 +242,7 @@ def bench_loaders_command(
     loader: Annotated[list[str] | None, typer.Option("--loader", "-l", help="repeatable; default: all here")] = None,
     count: Annotated[int, typer.Option(min=10)] = 1000,
     mean_kb: Annotated[float, typer.Option(min=1)] = 110.0,
-    concurrency: Annotated[int, typer.Option(min=1)] = 32,
+    concurrency: Annotated[str, typer.Option(help="requests in flight, or auto (widened while rates rise)")] = "auto",
     rtt_ms: Annotated[list[float] | None, typer.Option("--rtt-ms", help="repeatable; default 0 and 50")] = None,
     repeats: Annotated[int, typer.Option(min=1)] = 3,
     results_dir: Annotated[Path, typer.Option()] = Path("results/bench-loaders"),
@@ -249,16 +250,17 @@ def bench_loaders_command(
     """Every loader vs its backend's native ceiling (a compiled client), at each round-trip time."""
 
     names = loader or default_loaders()
-    rows = bench_loaders(get_settings(), names, count, mean_kb, concurrency, rtt_ms or [0.0, 50.0], repeats,
-                         results_dir)
+    rows = bench_loaders(get_settings(), names, count, mean_kb, parse_concurrency(concurrency), rtt_ms or [0.0, 50.0],
+                         repeats, results_dir)
     table = Table("loader", "backend", "RTT ms", "samples/s", "min", "max", "MB/s", "/ ceiling", "/ own 0 ms",
-                  "CPU µs/sample",
+                  "CPU µs/sample", "window",
                   title=f"loaders vs native ceilings: {count} x {mean_kb:.0f} KB, concurrency {concurrency}, "
                   f"median of {repeats}")
     for r in rows:
         table.add_row(r["loader"], r["backend"], f"{r['rtt_ms']:.0f}", f"{r['samples_per_s']:.0f}",
                       f"{r['samples_per_s_min']:.0f}", f"{r['samples_per_s_max']:.0f}", f"{r['mb_per_s']:.1f}",
-                      f"{r['ratio_to_ceiling']:.2f}", f"{r['ratio_to_0ms']:.2f}", f"{r['cpu_us_per_sample']:.0f}")
+                      f"{r['ratio_to_ceiling']:.2f}", f"{r['ratio_to_0ms']:.2f}", f"{r['cpu_us_per_sample']:.0f}",
+                      str(r.get("window") or ""))
     console.print(table)
     console.print(f"results: {results_dir}")
 

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Literal, Protocol, TypeVar
 
+from workbench.errors import WorkbenchError
+
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -196,6 +198,17 @@ def make_window(concurrency: Concurrency | Window) -> Window:
     if hasattr(concurrency, "depth"):
         return concurrency  # type: ignore[return-value]
     raise ValueError(f"concurrency must be a positive number or 'auto', got {concurrency!r}")
+
+
+def parse_concurrency(text: str | int) -> Concurrency:
+    """A command line's concurrency: "auto" or a number from 1 to 1024; anything else is one clear line."""
+    if isinstance(text, int) or str(text).strip().isdigit():
+        value = int(text)
+        if 1 <= value <= 1024:
+            return value
+    elif str(text).strip().lower() == AUTO:
+        return AUTO
+    raise WorkbenchError(f"concurrency {text!r}: give a number of requests in flight (1 to 1024) or 'auto'")
 
 
 def pool_size(concurrency: Concurrency) -> int:

@@ -3,7 +3,9 @@
 All runs go through toxiproxy (a proxy without toxics is the 0 ms baseline), so the proxy's own cost
 is in every number and ratios compare like with like. The ceiling of a backend is a compiled program
 sharing no code with our loaders, at the same concurrency (`workbench.bench.native_ceilings`; column
-`ceiling_program`). Every row records the client's CPU time per sample and per MB.
+`ceiling_program`). Every row records the client's CPU time per sample and per MB, the `concurrency` asked
+for (a number or "auto") and the `window` in use at the end of the last epoch (with its `window_history`).
+With "auto" a backend's ceiling runs after its loaders, at the widest window they ended with.
 Each point is repeated; rows carry median, min and max, and the full configuration.
 """
 
@@ -19,6 +21,7 @@ from tqdm import tqdm
 from workbench.backends import backend_class, make_backend
 from workbench.bench.ingest import generate
 from workbench.bench.native_ceilings import cpu_columns, native_ceiling_run, program_name
+from workbench.concurrency import AUTO, REFERENCE_DEPTH, Concurrency
 from workbench.config import PROXIED, Settings
 from workbench.data import SyntheticSource
 from workbench.environment import describe_environment
@@ -37,8 +40,12 @@ def timed(run: Callable[[], tuple[int, int]], cpu: list[float] | None = None) ->
     return time.perf_counter() - start, samples, nbytes
 
 
-def epoch_of(name: str, settings: Settings, config: dict, max_seconds: float) -> Callable[[], tuple[int, int]]:
-    """One epoch, or as much of it as `max_seconds` allows (slow strategies at high RTT): a steady rate."""
+def epoch_of(name: str, settings: Settings, config: dict, max_seconds: float,
+             windows: list[list[int]] | None = None) -> Callable[[], tuple[int, int]]:
+    """One epoch, or as much of it as `max_seconds` allows (slow strategies at high RTT): a steady rate.
+
+    Appends the loader's window history (its last entry: the depth in use at the end) to `windows`.
+    """
 
     def run() -> tuple[int, int]:
         samples = nbytes = 0
@@ -49,6 +56,8 @@ def epoch_of(name: str, settings: Settings, config: dict, max_seconds: float) ->
                 nbytes += len(item.data)
                 if time.perf_counter() > deadline:
                     break
+            if windows is not None and hasattr(loader, "window_history"):
+                windows.append(loader.window_history)
         return samples, nbytes
 
     return run
@@ -84,7 +93,7 @@ def prepare_peer_layouts(settings: Settings, loaders: list[str], dataset: str, c
         cls.prepare_dataset(settings, dataset, source)
 
 
-def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: float, concurrency: int,
+def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: float, concurrency: Concurrency,
                   rtts_ms: list[float], repeats: int, results_dir: Path, max_seconds: float = 20.0) -> list[dict]:
     check_writable(results_dir)
     backends = sorted({loader_class(name).backend for name in loaders})
@@ -93,8 +102,9 @@ def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: f
     toxiproxy = Toxiproxy(settings)
     toxiproxy.ensure_proxies()
     rows: list[dict] = []
-    points = [(rtt, backend, name) for rtt in rtts_ms for backend in backends
-              for name in [f"ceiling:{backend}", *(n for n in loaders if loader_class(n).backend == backend)]]
+    points = [(rtt, backend, name) for rtt in rtts_ms for backend in backends  # loaders first: "auto" sizes ceilings
+              for name in [*(n for n in loaders if loader_class(n).backend == backend), f"ceiling:{backend}"]]
+    settled: dict[tuple[str, float], int] = {}  # (backend, rtt) -> the widest window its loaders ended with
     try:
         for rtt, backend, name in tqdm(points, desc="bench loaders", unit="point"):
             for proxy in PROXIED:
@@ -102,20 +112,29 @@ def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: f
             proxy = backend_class(backend).proxy
             config = {"dataset": dataset, "concurrency": concurrency, "via_proxy": proxy is not None}
             cpu: list[float] = []
+            windows: list[list[int]] = []
+            if name.startswith("ceiling:"):  # a plain loop at a fixed depth: with "auto", the loaders' widest
+                config["concurrency"] = settled.get((backend, rtt), REFERENCE_DEPTH) if concurrency == AUTO \
+                    else concurrency
+                windows.append([config["concurrency"]])
             native = backend_class(backend).native_ceiling is not None
             if name.startswith("ceiling:") and native:
                 results = [native_ceiling_run(settings, backend, config, cpu) for _ in range(repeats)]
             elif name.startswith("ceiling:"):  # a backend without a compiled ceiling: its Python reference loop
                 results = [timed(ceiling_of(backend, settings, config), cpu) for _ in range(repeats)]
             else:
-                run = epoch_of(name, settings, config, max_seconds)
+                run = epoch_of(name, settings, config, max_seconds, windows)
                 results = [timed(run, cpu) for _ in range(repeats)]
+                if windows:
+                    settled[(backend, rtt)] = max(settled.get((backend, rtt), 0), windows[-1][-1])
             if proxy is not None:
                 toxiproxy.check_network(proxy, rtt_ms=rtt)
             rates = [s / t for t, s, _ in results]
             mbps = [b / 1e6 / t for t, _, b in results]
             rows.append({
                 "loader": name, "backend": backend, "rtt_ms": rtt, "dataset": dataset, "concurrency": concurrency,
+                "window": windows[-1][-1] if windows else None,
+                "window_history": " ".join(map(str, windows[-1])) if windows else "",
                 "samples": results[0][1], "repeats": repeats,
                 "samples_per_s": statistics.median(rates), "samples_per_s_min": min(rates),
                 "samples_per_s_max": max(rates), "mb_per_s": statistics.median(mbps),

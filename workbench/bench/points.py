@@ -37,7 +37,7 @@ class SweepPoint:
     bandwidth_mbps: float = axis("network", "bandwidth_mbps", "bandwidth Mbit/s")
     shard_maxcount: int | None = axis("layout", "shard_maxcount", "shard maxcount", sharded_only=True)
     shard_maxsize: float | None = axis("layout", "shard_maxsize", "shard maxsize", sharded_only=True)
-    concurrency: int = axis("loader", "concurrency", "conc", series="conc")
+    concurrency: int | str = axis("loader", "concurrency", "conc", series="conc")  # a number or "auto"
     prefetch_buffers: int = axis("loader", "prefetch_buffers", "prefetch", series="prefetch")
     batch_size: int = axis("loader", "batch_size", "batch", series="batch")
     workers: int = axis("loader", "workers", "workers", series="workers")

@@ -57,19 +57,27 @@ def prepare_datasets(settings: Settings, cfg: SweepConfig, points: list[SweepPoi
         cls.prepare_dataset(settings, dataset, source)
 
 
-def _batches(point: SweepPoint, settings: Settings, config: dict) -> Iterator[tuple[int, int]]:
-    """(samples, bytes) per batch, from the loader in-process or through a torch DataLoader."""
+def _batches(point: SweepPoint, settings: Settings, config: dict,
+             windows: list[list[int]] | None = None) -> Iterator[tuple[int, int]]:
+    """(samples, bytes) per batch, from the loader in-process or through a torch DataLoader.
+
+    In-process, the loader's window history (what "auto" chose) is appended to `windows` when it ends.
+    """
     if point.workers == 0 and not point.decode:
         with make_loader(point.loader, settings, **config) as loader:
-            batch = nbytes = 0
-            for item in loader:
-                batch += 1
-                nbytes += len(item.data)
-                if batch == point.batch_size:
+            try:
+                batch = nbytes = 0
+                for item in loader:
+                    batch += 1
+                    nbytes += len(item.data)
+                    if batch == point.batch_size:
+                        yield batch, nbytes
+                        batch = nbytes = 0
+                if batch:
                     yield batch, nbytes
-                    batch = nbytes = 0
-            if batch:
-                yield batch, nbytes
+            finally:
+                if windows is not None and hasattr(loader, "window_history"):
+                    windows.append(loader.window_history)
         return
     from torch.utils.data import DataLoader
 
@@ -101,11 +109,12 @@ def _batches(point: SweepPoint, settings: Settings, config: dict) -> Iterator[tu
 
 
 def run_epoch(point: SweepPoint, settings: Settings, config: dict, compute: ComputeModel, max_s: float,
-              max_batches: int | None = None) -> EpochTrace:
+              max_batches: int | None = None, windows: list[list[int]] | None = None) -> EpochTrace:
     """One epoch timed from the loader's creation: connection set-up is in the time to first batch."""
     trace = EpochTrace()
     start = last = time.perf_counter()
-    for index, (samples, nbytes) in enumerate(_batches(point, settings, config)):
+    batches = _batches(point, settings, config, windows)
+    for index, (samples, nbytes) in enumerate(batches):
         now = time.perf_counter()
         if index == 0:
             trace.first_batch_s = now - start
@@ -120,6 +129,7 @@ def run_epoch(point: SweepPoint, settings: Settings, config: dict, compute: Comp
         if last - start > max_s or (max_batches is not None and index + 1 >= max_batches):
             break
     trace.wall_s = time.perf_counter() - start
+    batches.close()  # an epoch cut short still closes its loader (and records its window) now
     return trace
 
 
@@ -137,10 +147,12 @@ def run_point(settings: Settings, cfg: SweepConfig, point: SweepPoint, repetitio
     if cfg.warmup_batches:  # warms the servers' caches and JITs; thrown away, never measured
         run_epoch(point, settings, config, ComputeModel(0), cfg.max_seconds_per_epoch, cfg.warmup_batches)
     traces = []
+    windows: list[list[int]] = []  # per epoch, the window's history (in-process loaders only)
     with ResourceProbe() as probe:
         for epoch in range(cfg.epochs):  # a new seed per epoch: a new order, as set_epoch would give
             epoch_config = {**config, "seed": repetition + 1000 * epoch}
-            traces.append(run_epoch(point, settings, epoch_config, compute, cfg.max_seconds_per_epoch))
+            traces.append(run_epoch(point, settings, epoch_config, compute, cfg.max_seconds_per_epoch,
+                                    windows=windows))
     waits_ms = [w * 1000 for t in traces for w in t.waits_s]
     samples, nbytes = sum(t.samples for t in traces), sum(t.bytes for t in traces)
     wall = sum(t.wall_s for t in traces)
@@ -165,6 +177,8 @@ def run_point(settings: Settings, cfg: SweepConfig, point: SweepPoint, repetitio
         "workers_peak_rss_mb": probe.children_peak_rss_mb,
         "gpu_util_percent": probe.gpu_util,
         "batch_latencies_ms": json.dumps([round(w, 3) for w in waits_ms]),
+        "window": windows[-1][-1] if windows else None,  # the depth in use at the end of the last epoch
+        "window_history": " ".join(map(str, windows[-1])) if windows else "",
     }
 
 
@@ -234,6 +248,8 @@ def run_sweep(
 
 def _write(folder: Path, rows: list[dict], environment: dict, pd) -> None:
     frame = pd.DataFrame(rows)
+    if "concurrency" in frame and frame["concurrency"].map(type).nunique() > 1:  # numbers and "auto": one type
+        frame["concurrency"] = frame["concurrency"].astype(str)
     frame["git_commit"] = environment.get("git_commit", "")
     frame["cpu_model"] = environment.get("cpu", "")
     frame["gpus"] = json.dumps(environment.get("gpus", []))

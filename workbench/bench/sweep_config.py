@@ -49,7 +49,7 @@ class LayoutGrid(Strict):
 
 
 class LoaderGrid(Strict):
-    concurrency: list[int] = Field([32])
+    concurrency: list[int | Literal["auto"]] = Field([32])
     prefetch_buffers: list[int] = Field([2])
     batch_size: list[int] = Field([32])
     workers: list[int] = Field([0], description="DataLoader worker processes (0: in the main process)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -30,7 +30,8 @@ class LoaderConfig(BaseModel):
     seed: int = 0
     shard_id: int = Field(0, ge=0, description="this rank (distributed training)")
     num_shards: int = Field(1, ge=1, description="number of ranks")
-    concurrency: int = Field(16, ge=1, le=1024, description="requests in flight")
+    concurrency: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
+        "auto", description="requests in flight, or 'auto': widened while the rate rises (workbench.concurrency)")
     prefetch_buffers: int = Field(2, ge=1, le=64, description="batches fetched ahead of the consumer")
     batch_size: int = Field(32, ge=1, le=65536, description="samples per batch")
     ordered: bool = Field(True, description="False: deliver in completion order (out-of-order mode)")

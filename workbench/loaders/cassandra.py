@@ -32,7 +32,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from workbench.backends import locate
 from workbench.clients import cassandra_error
-from workbench.concurrency import in_flight
+from workbench.concurrency import HasWindow, fixed_depth, in_flight, make_window, pool_size
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
@@ -340,7 +340,7 @@ class _Failure:
         self.exc = exc
 
 
-class CassandraLoader(Loader):
+class CassandraLoader(HasWindow, Loader):
     """This shard's rows, `concurrency` asynchronous reads in flight, `prefetch_buffers` batches ahead."""
 
     name = "cassandra-py"
@@ -358,6 +358,7 @@ class CassandraLoader(Loader):
             config = CassandraConfig(**config.model_dump())
         super().__init__(settings, config, worker_id, num_workers)
         self._reset()
+        self._window = make_window(self.config.concurrency)  # kept across epochs: a settled "auto" stays
 
     def _reset(self) -> None:
         """Connection state: nothing until the first epoch (loaders travel to DataLoader workers)."""
@@ -417,7 +418,8 @@ class CassandraLoader(Loader):
     def _retrier(self) -> ThreadPoolExecutor:
         with self._connect_lock:
             if self._retry_pool is None:
-                self._retry_pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="cassandra-retry")
+                self._retry_pool = ThreadPoolExecutor(pool_size(self.config.concurrency),
+                                                      thread_name_prefix="cassandra-retry")
             return self._retry_pool
 
     def shard_ids(self, epoch: int) -> list[str]:
@@ -522,7 +524,7 @@ class CassandraLoader(Loader):
                 batch: list[Item] = []
                 # The driver times out every request itself (and RetryPolicy bounds the re-tries); a safety net.
                 safety_s = 2 * self.settings.timeout_s + c.retry_budget_s + RetryPolicy().max_s
-                reads = in_flight(keys, submit, c.concurrency, c.ordered, timeout_s=safety_s)
+                reads = in_flight(keys, submit, self._window, c.ordered, timeout_s=safety_s)
                 with contextlib.closing(reads):
                     for _, item in reads:
                         batch.append(item)
@@ -597,7 +599,7 @@ def raw_ceiling(settings: Settings, config: LoaderConfig | dict) -> tuple[int, i
         samples = nbytes = 0
         window: deque = deque()
         for i in ids:
-            if len(window) >= config.concurrency:
+            if len(window) >= fixed_depth(config.concurrency):
                 for row in window.popleft().result():
                     samples += 1
                     nbytes += len(row[0] or b"")

@@ -30,6 +30,7 @@ from typing import Any, ClassVar, TypeVar
 
 from workbench.clients import CassandraLoginRefused
 from workbench.clients.tls import STACK_CA_HINT, chained, speaks_tls, ssl_reason
+from workbench.concurrency import HasWindow, Window, fixed_depth, make_window, pool_size
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
 from workbench.loaders.base import Item, Loader, LoaderConfig
@@ -285,7 +286,7 @@ class _Failure:
 # ----------------------------------------------------------------------------------------- loader
 
 
-class CassandraNativeLoader(Loader):
+class CassandraNativeLoader(HasWindow, Loader):
     """This shard's rows through acsylla, `concurrency` reads in flight, `prefetch_buffers` batches ahead."""
 
     name = "cassandra"
@@ -300,6 +301,7 @@ class CassandraNativeLoader(Loader):
         _acsylla()  # a missing driver says so before any epoch
         super().__init__(settings, config, worker_id, num_workers)
         self._reset()
+        self._window = make_window(self.config.concurrency)  # kept across epochs: a settled "auto" stays
 
     @classmethod
     def raw_ceiling(cls, settings: Settings, config: LoaderConfig) -> tuple[int, int]:
@@ -423,7 +425,7 @@ class CassandraNativeLoader(Loader):
         with self._retry_lock:  # not _connect_lock: a connecting thread holds that while it waits on the loop
             if self._retry_pool is None:
                 self._retry_pool = concurrent.futures.ThreadPoolExecutor(
-                    self.config.concurrency, thread_name_prefix="cassandra-native-retry")
+                    pool_size(self.config.concurrency), thread_name_prefix="cassandra-native-retry")
             return self._retry_pool
 
     async def _produce(self, keys: list[str], read: Callable[[str], Awaitable[Item]], out: queue.Queue,
@@ -442,9 +444,9 @@ class CassandraNativeLoader(Loader):
 
         try:
             if c.ordered:
-                await _in_order(keys, read, emit, c.concurrency)
+                await _in_order(keys, read, emit, self._window)
             else:
-                await _as_completed(keys, read, emit, c.concurrency)
+                await _as_completed(keys, read, emit, self._window)
             if batch:
                 await slots.acquire()
                 out.put_nowait(batch)
@@ -474,7 +476,7 @@ class CassandraNativeLoader(Loader):
         task, slots = io.call(start(), self._safety_s)
         # The driver times out every read itself and the policy bounds its re-tries: this is a safety net.
         c = self.config
-        waves = -(-c.batch_size // c.concurrency) + 1
+        waves = -(-c.batch_size // min(self._window.history)) + 1  # the narrowest window it had
         patience_s = waves * (self.settings.timeout_s + c.retry_budget_s + RetryPolicy().max_s)
         try:
             while True:
@@ -524,15 +526,30 @@ class CassandraNativeLoader(Loader):
         io.stop(self._safety_s)
 
 
+def _timed(read: Callable[[str], Awaitable[Item]], depth: Window) -> Callable[[str], Awaitable[Item]]:
+    """`read`, telling the window when each read starts and ends (so an "auto" window can widen)."""
+
+    async def timed(key: str) -> Item:
+        started = depth.started()
+        try:
+            return await read(key)
+        finally:
+            depth.finished(started)
+
+    return timed
+
+
 async def _in_order(keys: list[str], read: Callable[[str], Awaitable[Item]],
-                    emit: Callable[[Item], Awaitable[None]], depth: int) -> None:
-    """Submission order: a window of `depth` reads, always waiting on the oldest."""
+                    emit: Callable[[Item], Awaitable[None]], depth: Window) -> None:
+    """Submission order: a window of `depth.depth` reads (which may widen meanwhile), always waiting on the oldest."""
     loop = asyncio.get_running_loop()
     window: deque[asyncio.Future[Item]] = deque()
+    depth.begin(len(keys))
+    read = _timed(read, depth)
     try:
         for key in keys:
             window.append(loop.create_task(read(key)))  # type: ignore[arg-type]
-            if len(window) >= depth:
+            if len(window) >= depth.depth:
                 await emit(await window.popleft())
         while window:
             await emit(await window.popleft())
@@ -544,25 +561,55 @@ async def _in_order(keys: list[str], read: Callable[[str], Awaitable[Item]],
 
 
 async def _as_completed(keys: list[str], read: Callable[[str], Awaitable[Item]],
-                        emit: Callable[[Item], Awaitable[None]], depth: int) -> None:
-    """Completion order (the plugin's out-of-order mode): `depth` readers take the next key as they finish."""
+                        emit: Callable[[Item], Awaitable[None]], depth: Window) -> None:
+    """Completion order (the plugin's out-of-order mode): readers take the next key as they finish; one more
+    reader starts whenever the window widens (up to `depth.depth` readers)."""
     loop = asyncio.get_running_loop()
     queue_of_keys = iter(keys)
+    depth.begin(len(keys))
+    read = _timed(read, depth)
+    active: set[asyncio.Task] = set()
+    everyone: list[asyncio.Task] = []
+    taken = 0
+    more = asyncio.Event()  # the window widened: start readers
 
     async def reader() -> None:
+        nonlocal taken
         for key in queue_of_keys:  # shared: each key goes to exactly one reader
-            await emit(await read(key))
+            taken += 1
+            item = await read(key)
+            if len(active) < depth.depth and taken < len(keys):
+                more.set()
+            await emit(item)
 
-    workers = [loop.create_task(reader()) for _ in range(min(depth, len(keys)))]
+    def start_readers() -> None:
+        spare = len(keys) - taken  # keys no reader has taken yet
+        while len(active) < depth.depth and spare > 0:
+            spare -= 1
+            task = loop.create_task(reader())
+            active.add(task)
+            everyone.append(task)
+
+    start_readers()
+    waiter: asyncio.Task | None = None
     try:
-        done, _ = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
-        for finished in done:
-            if finished.exception() is not None:
-                raise finished.exception()  # type: ignore[misc]
+        while active:
+            waiter = loop.create_task(more.wait())
+            done, _ = await asyncio.wait([*active, waiter], return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            for finished in done - {waiter}:
+                active.discard(finished)
+                if finished.exception() is not None:
+                    raise finished.exception()  # type: ignore[misc]
+            more.clear()
+            start_readers()
     finally:
-        for worker in workers:
+        if waiter is not None:
+            waiter.cancel()
+        for worker in everyone:
             worker.cancel()
-        await asyncio.wait(workers)
+        if everyone:
+            await asyncio.wait([*everyone, *([waiter] if waiter else [])])
 
 
 # ---------------------------------------------------------------------------------------- ceiling
@@ -592,7 +639,7 @@ def raw_ceiling(settings: Settings, config: LoaderConfig | dict) -> tuple[int, i
                     nbytes += len(row.as_tuple()[0] or b"")
 
             for i in ids:
-                if len(window) >= config.concurrency:
+                if len(window) >= fixed_depth(config.concurrency):
                     count(await window.popleft())
                 window.append(asyncio.ensure_future(session.execute(statement.bind([i]))))
             while window:

@@ -51,7 +51,7 @@ from workbench.clients.ignite import (
     scan_cursor,
     settings_endpoint,
 )
-from workbench.concurrency import in_flight
+from workbench.concurrency import HasWindow, fixed_depth, in_flight, make_window, pool_size
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
 from workbench.loaders.base import Item, Loader, LoaderConfig
@@ -136,7 +136,7 @@ class IgniteLoaderConfig(LoaderConfig, RetryConfig):
     cert_password: SecretStr | None = Field(None, description="password of the private key")
 
 
-class IgniteLoader(Loader):
+class IgniteLoader(HasWindow, Loader):
     name = "ignite"
     chaos_window: ClassVar[dict[str, Any] | None] = {"concurrency": 2, "get_batch": 8}
     backend = "ignite"
@@ -156,6 +156,7 @@ class IgniteLoader(Loader):
         self._partitions: int | None = None
         self._clients: ThreadClients | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._window = make_window(c.concurrency)  # batches in flight; "auto" widens it while the rate rises
 
     # pickling (DataLoader workers, spawn): settings and config travel, connections and threads never do
     def __getstate__(self) -> dict:
@@ -187,7 +188,7 @@ class IgniteLoader(Loader):
         if self._clients is None:
             self._clients = ThreadClients(self.endpoint)
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="ignite-read")
+            self._pool = ThreadPoolExecutor(pool_size(self.config.concurrency), thread_name_prefix="ignite-read")
         return self._clients, self._pool
 
     def split_keys(self) -> list[str]:
@@ -225,7 +226,7 @@ class IgniteLoader(Loader):
         batches = [keys[i:i + c.get_batch] for i in range(0, len(keys), c.get_batch)]
         _, pool = self._ensure_pool()
         for _, items in in_flight(range(len(batches)), lambda i: pool.submit(self._get_batch, batches[i]),
-                                  c.concurrency, c.ordered):
+                                  self._window, c.ordered):
             yield from items
 
     def _get_all(self, keys: list[str]) -> dict:
@@ -268,7 +269,7 @@ class IgniteLoader(Loader):
         parts = take_shard(epoch_order(range(self.partitions()), c.seed, epoch, c.shuffle), index, count)
         _, pool = self._ensure_pool()
         stream = (item for _, items in in_flight(parts, lambda p: pool.submit(self._scan_partition, p),
-                                                 c.concurrency, c.ordered) for item in items)
+                                                 self._window, c.ordered) for item in items)
         if c.shuffle and c.shuffle_buffer > 1:
             stream = shuffle_buffer(stream, c.shuffle_buffer, random.Random(f"{c.seed}:{epoch}:{index}"))
         yield from stream
@@ -352,6 +353,7 @@ def raw_ceiling(settings: Settings, config: LoaderConfig | dict) -> tuple[int, i
     """
     c = config if isinstance(config, IgniteLoaderConfig) else IgniteLoaderConfig(
         **(config.model_dump() if isinstance(config, LoaderConfig) else config))
+    c = c.model_copy(update={"concurrency": fixed_depth(c.concurrency)})  # a plain loop: a fixed number of threads
     loader = IgniteLoader(settings, c)
     try:
         keys = loader.split_keys()

@@ -10,7 +10,8 @@ GET (two for blob labels: object, then its sidecar); its key is the sample id fr
 ``x-amz-meta-id``, its int label the manifest's (the metadata's when the line has none).
 
 * `S3ObjectsLoader` ("s3-objects") keeps `concurrency` GETs in flight (`in_flight` over a thread pool
-  and a client with as many pooled connections), in order or in completion order (``ordered=False``).
+  and a client with as many pooled connections), in order or in completion order (``ordered=False``);
+  "auto" widens the window while the rate rises, and `window` says which depth it used.
 * `S3NaiveLoader` ("s3-naive") does the same GETs one at a time: the "before" picture, one round trip
   per sample.
 
@@ -27,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 from urllib.parse import unquote
 
-from workbench.concurrency import LazyPool, in_flight
+from workbench.concurrency import HasWindow, LazyPool, fixed_depth, in_flight, make_window, pool_size
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.layouts.objects import MANIFEST
@@ -97,7 +98,7 @@ def default_manifest_parser(reader: io.IOBase) -> Iterator[tuple[str, Any]]:
 # ------------------------------------------------------------------------------------------- loaders
 
 
-class S3ObjectsLoader(Loader):
+class S3ObjectsLoader(HasWindow, Loader):
     """One GET per sample, `concurrency` of them in flight."""
 
     name = "s3-objects"
@@ -115,10 +116,11 @@ class S3ObjectsLoader(Loader):
         super().__init__(settings, config, worker_id, num_workers)
         if store is None:
             bucket, prefix = locate_prefix(settings, self.backend, config)
-            store = S3Store(settings, bucket, prefix, config.via_proxy, connections=config.concurrency + 4)
+            store = S3Store(settings, bucket, prefix, config.via_proxy, connections=pool_size(config.concurrency) + 4)
         self.store = store
         self._entries: list[Entry] | None = None
         self._pool = LazyPool(self.config.concurrency, "s3-object-get")
+        self._window = make_window(self.config.concurrency)  # kept across epochs: a settled "auto" stays
 
     def entries(self) -> list[Entry]:
         """The split's manifest lines (one GET, cached for the loader's life), in manifest order."""
@@ -186,7 +188,7 @@ class S3ObjectsLoader(Loader):
         if not mine:
             return
         pool = self._pool.get()
-        results = in_flight(mine, lambda e: pool.submit(self.fetch_retrying, e), self.config.concurrency,
+        results = in_flight(mine, lambda e: pool.submit(self.fetch_retrying, e), self._window,
                             ordered=self.config.ordered)
         try:
             for _, item in results:
@@ -203,6 +205,11 @@ class S3NaiveLoader(S3ObjectsLoader):
 
     name = "s3-naive"
     chaos_window: ClassVar[dict[str, Any] | None] = {}
+
+    def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1,
+                 *, store: S3Store | None = None) -> None:
+        super().__init__(settings, config, worker_id, num_workers, store=store)
+        self._window = make_window(1)  # one GET at a time, whatever `concurrency` says
 
     def iter_epoch(self, epoch: int) -> Iterator[Item]:
         for entry in self.my_entries(epoch):
@@ -229,7 +236,8 @@ def raw_ceiling(settings: Settings, config: LoaderConfig) -> tuple[int, int]:
     read). The manifest GET is included. Reads all ranks' objects. Time the call to get the rates.
     """
     bucket, prefix = locate_prefix(settings, "s3-objects", config)
-    store = S3Store(settings, bucket, prefix, config.via_proxy, connections=config.concurrency + 4)
+    depth = fixed_depth(config.concurrency)
+    store = S3Store(settings, bucket, prefix, config.via_proxy, connections=depth + 4)
     entries = read_manifest(store, config.split, config.dataset)
     client = store.client
 
@@ -238,7 +246,7 @@ def raw_ceiling(settings: Settings, config: LoaderConfig) -> tuple[int, int]:
         with store.errors(f"reading {key}"):
             return len(client.get_object(Bucket=bucket, Key=key)["Body"].read())
 
-    with ThreadPoolExecutor(config.concurrency, thread_name_prefix="s3-ceiling") as pool:
+    with ThreadPoolExecutor(depth, thread_name_prefix="s3-ceiling") as pool:
         total = sum(pool.map(get, entries))
     return len(entries), total
 

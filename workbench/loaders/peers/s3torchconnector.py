@@ -43,7 +43,7 @@ from typing import Any
 
 from pydantic import Field
 
-from workbench.concurrency import LazyPool, in_flight
+from workbench.concurrency import HasWindow, LazyPool, in_flight, make_window
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, with_type
 from workbench.layouts.objects import JOURNAL, MANIFEST
@@ -74,7 +74,7 @@ def _import_connector():
     return s3torchconnector
 
 
-class S3TorchConnectorPeer(Loader):
+class S3TorchConnectorPeer(HasWindow, Loader):
     """``S3MapDataset`` of the split's objects (ids from the layout's journal), `concurrency` reads in flight."""
 
     name = "s3torchconnector"
@@ -92,6 +92,7 @@ class S3TorchConnectorPeer(Loader):
         self._sidecars = None  # blob labels: S3MapDataset over the entries' sidecars, and entry -> its index
         self._sidecar_of: dict[int, int] = {}
         self._pool = LazyPool(self.config.concurrency, "s3torchconnector")
+        self._window = make_window(self.config.concurrency)
         self._lock_connect = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -240,13 +241,12 @@ class S3TorchConnectorPeer(Loader):
         mine = self.my_indices(epoch)
         if not mine:
             return
-        depth = self.config.concurrency
-        if depth == 1:
+        if self.config.concurrency == 1:
             for i in mine:
                 yield self.fetch(i)
             return
         pool = self._pool.get()
-        results = in_flight(mine, lambda i: pool.submit(self.fetch, i), depth, ordered=self.config.ordered)
+        results = in_flight(mine, lambda i: pool.submit(self.fetch, i), self._window, ordered=self.config.ordered)
         try:
             for _, item in results:
                 yield item

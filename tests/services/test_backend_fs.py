@@ -8,6 +8,7 @@ import tarfile
 import uuid
 
 import pytest
+from backend_checks import DiesAfter as Interrupted
 
 from workbench.backends.base import storage_name
 from workbench.backends.fs import FilesystemBackend
@@ -18,23 +19,6 @@ from workbench.errors import WorkbenchError
 from workbench.ingest import ingest, verify
 
 LAYOUTS = ["imagefolder", "shards"]
-
-
-class Interrupted:
-    """A source that dies after `after` samples, like a crashed reader or a killed ingest."""
-
-    def __init__(self, source, after: int) -> None:
-        self.source, self.after = source, after
-        self.name, self.classes = source.name, source.classes
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def __iter__(self):
-        for i, sample in enumerate(self.source):
-            if i == self.after:
-                raise RuntimeError("source died")
-            yield sample
 
 
 @pytest.fixture

@@ -6,6 +6,8 @@ import uuid
 from collections import OrderedDict
 
 import pytest
+from backend_checks import DiesAfter as FailingAfter
+from backend_checks import SourceDied as Interrupted
 
 from workbench.backends.ignite import value_class
 from workbench.backends.registry import make_backend
@@ -36,27 +38,6 @@ def backend(stack, cleanup, dataset: str, **options):
 
 def source(unique: str, n: int = N, **kw) -> SyntheticSource:
     return SyntheticSource(n, mean_kb=20, name=unique, **kw)
-
-
-class Interrupted(RuntimeError):
-    pass
-
-
-class FailingAfter:
-    """The same source, but its stream breaks after `k` samples (a crash in the middle of an ingest)."""
-
-    def __init__(self, inner, k: int) -> None:
-        self.inner, self.k = inner, k
-        self.name, self.classes = inner.name, inner.classes
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def __iter__(self):
-        for i, sample in enumerate(self.inner):
-            if i == self.k:
-                raise Interrupted(f"stream broken after {self.k} samples")
-            yield sample
 
 
 def check_round_trip(src, b) -> None:

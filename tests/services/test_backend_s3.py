@@ -10,6 +10,7 @@ import tarfile
 import uuid
 
 import pytest
+from backend_checks import DiesAfter as Interrupted
 from pydantic import SecretStr
 
 from workbench.backends.base import storage_name
@@ -22,23 +23,6 @@ from workbench.ingest import ingest, verify
 from workbench.storage import s3_client
 
 pytestmark = pytest.mark.services
-
-
-class Interrupted:
-    """A source that dies after `after` samples, like a crashed reader or a killed ingest."""
-
-    def __init__(self, source, after: int) -> None:
-        self.source, self.after = source, after
-        self.name, self.classes = source.name, source.classes
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def __iter__(self):
-        for i, sample in enumerate(self.source):
-            if i == self.after:
-                raise RuntimeError("source died")
-            yield sample
 
 
 def _delete_prefix(client, bucket: str, prefix: str = "") -> None:

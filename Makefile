@@ -28,11 +28,11 @@ stack-status: venv
 # The main job: real servers, one sample through each, then ingest + a small sweep + its report.
 demo: stack-up
 	$(BIN)/workbench stack probe
-	$(BIN)/workbench sweep notebooks/sweeps/demo.yaml --results-root results
+	$(BIN)/workbench sweep notebooks/sweeps/demo.yaml
 
 SWEEP ?= notebooks/sweeps/network.yaml
 sweep: stack-up
-	$(BIN)/workbench sweep $(SWEEP) --results-root results
+	$(BIN)/workbench sweep $(SWEEP)
 
 # Executes the notebooks with papermill; executed copies are saved beside their results.
 NB_OUT ?= results/notebook-sweep

@@ -26,7 +26,7 @@ from workbench.errors import WorkbenchError
 from workbench.ingest import BadImagesError, ingest, read_catalog, verify
 from workbench.loaders import default_loaders
 from workbench.report import build_report
-from workbench.results import check_writable
+from workbench.results import RUNS, check_writable
 from workbench.stack import down, logs, provision, status, up
 from workbench.stack.compose import write_compose_config
 from workbench.stack.probe import probe_all
@@ -213,7 +213,7 @@ def verify_command(
         raise typer.Exit(1)
 
 
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that print numbers and write them under results/.")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that print numbers and write them under results/runs/.")
 app.add_typer(bench_app, name="bench")
 
 
@@ -223,7 +223,7 @@ def bench_ingest_command(
     mean_kb: Annotated[float, typer.Option(min=1, help="mean JPEG size")] = 110.0,
     backend: Annotated[list[str] | None, typer.Option("--backend", "-b", help="repeatable; default: all")] = None,
     repeats: Annotated[int, typer.Option(min=1)] = 1,
-    results_dir: Annotated[Path, typer.Option()] = Path("results/bench-ingest"),
+    results_dir: Annotated[Path, typer.Option()] = RUNS / "bench-ingest",
 ) -> None:
     """Ingest MB/s per backend for the same in-memory synthetic samples."""
 
@@ -245,7 +245,7 @@ def bench_loaders_command(
     concurrency: Annotated[str, typer.Option(help="requests in flight, or auto (widened while rates rise)")] = "auto",
     rtt_ms: Annotated[list[float] | None, typer.Option("--rtt-ms", help="repeatable; default 0 and 50")] = None,
     repeats: Annotated[int, typer.Option(min=1)] = 3,
-    results_dir: Annotated[Path, typer.Option()] = Path("results/bench-loaders"),
+    results_dir: Annotated[Path, typer.Option()] = RUNS / "bench-loaders",
 ) -> None:
     """Every loader vs its backend's native ceiling (a compiled client), at each round-trip time."""
 
@@ -268,7 +268,7 @@ def bench_loaders_command(
 @app.command("sweep")
 def sweep_command(
     config: Annotated[Path, typer.Argument(help="sweep YAML (see notebooks/sweeps/)")],
-    results_root: Annotated[Path, typer.Option(help="results go to RESULTS_ROOT/<sweep name>/")] = Path("results"),
+    results_root: Annotated[Path, typer.Option(help="results go to RESULTS_ROOT/<sweep name>/")] = RUNS,
     report: Annotated[bool, typer.Option(help="build the report when the sweep ends")] = True,
 ) -> None:
     """Run a throughput/latency sweep over network, layout and loader settings."""

@@ -17,6 +17,9 @@ from pathlib import Path
 from workbench.errors import WorkbenchError
 
 PROGRESS_FILE = "progress.json"  # a sweep's {"runs_done", "runs_total", "complete"}
+# Where a user's runs go by default: git-ignored, so a run never rewrites the committed reference results
+# (results/<study>/). Committing a run as a reference is an explicit step: copy its folder there.
+RUNS = Path("results") / "runs"
 
 
 def check_writable(folder: Path) -> Path:

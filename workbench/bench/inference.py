@@ -27,7 +27,7 @@ from workbench.config import Settings
 from workbench.environment import describe_environment
 from workbench.errors import WorkbenchError
 from workbench.loaders import loader_class, make_loader
-from workbench.results import check_writable, write_results
+from workbench.results import RUNS, check_writable, write_results
 from workbench.serving import (
     MODELS,
     InferenceError,
@@ -41,7 +41,7 @@ from workbench.serving import (
     tensors,
 )
 
-DEFAULT_RESULTS = Path("results") / "triton-inference"
+DEFAULT_RESULTS = RUNS / "triton-inference"
 
 # ------------------------------------------------------------------------------------ measurement
 

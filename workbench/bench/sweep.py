@@ -27,7 +27,7 @@ from workbench.errors import with_type
 from workbench.ingest import ingest
 from workbench.loaders import loader_class, make_loader
 from workbench.net.toxiproxy import Toxiproxy
-from workbench.results import PROGRESS_FILE, check_writable, write_atomically
+from workbench.results import PROGRESS_FILE, RUNS, check_writable, write_atomically
 
 
 def dataset_name(cfg: SweepConfig, point: SweepPoint) -> str:
@@ -190,7 +190,7 @@ def set_network(toxiproxy: Toxiproxy, point: SweepPoint, jitter_ms: float) -> No
 
 
 def run_sweep(
-    settings: Settings, cfg: SweepConfig, results_root: Path = Path("results"), progress: bool = True
+    settings: Settings, cfg: SweepConfig, results_root: Path = RUNS, progress: bool = True
 ) -> Path:
     """Run every point; returns the folder with runs.parquet, runs.csv, config.json and environment.json."""
     import pandas as pd

@@ -35,7 +35,7 @@ sweep: stack-up
 	$(BIN)/workbench sweep $(SWEEP)
 
 # Executes the notebooks with papermill; executed copies are saved beside their results.
-NB_OUT ?= results/notebook-sweep
+NB_OUT ?= results/runs/notebook-sweep
 notebooks: stack-up
 	mkdir -p $(NB_OUT)
 	$(BIN)/papermill notebooks/01-stack-and-ingest.ipynb $(NB_OUT)/01-stack-and-ingest.ipynb

@@ -34,7 +34,7 @@ epochs = 2
 concurrency = [32]
 batch_size = [32]
 compute_ms = [0]  # emulated accelerator time per batch
-results_root = "results"
+results_root = "results/runs"  # git-ignored: never the committed reference results
 seed = 0  # of the synthetic data (part of the dataset names the sweep ingests)
 
 # %%

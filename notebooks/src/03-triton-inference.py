@@ -29,7 +29,7 @@ count = 8  # blobs sent through the echo model
 sweep_samples = 32  # inferences per sweep point (0: skip the sweep)
 concurrencies = [1, 4]  # requests in flight
 batch_sizes = [1, 4]  # images per request
-results_dir = "results/triton-inference"
+results_dir = "results/runs/triton-inference"
 
 # %%
 from pathlib import Path

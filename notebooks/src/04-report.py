@@ -19,7 +19,7 @@
 # `report/` with one PNG per plot and a self-contained `report.html`. The plots are shown below.
 
 # %% tags=["parameters"]
-results_dir = "results/notebook-sweep"
+results_dir = "results/runs/notebook-sweep"
 
 # %%
 from pathlib import Path

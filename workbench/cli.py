@@ -21,7 +21,7 @@ from workbench.chaos import chaos_command
 from workbench.cli_inference import inference_app
 from workbench.concurrency import parse_concurrency
 from workbench.config import Settings, ensure_credentials, get_settings
-from workbench.data import parse_source
+from workbench.data import make_split, parse_ratios, parse_source
 from workbench.errors import WorkbenchError
 from workbench.ingest import BadImagesError, ingest, read_catalog, verify
 from workbench.loaders import default_loaders
@@ -190,6 +190,37 @@ def ingest_command(
         console.print(f"[yellow]skipped bad image[/yellow] {bad}", highlight=False, soft_wrap=True)
     console.print(summary.line(), highlight=False)
     console.print(f"catalog: {catalog_path(settings, backend, target.dataset)}")
+
+
+@app.command("split")
+def split_command(
+    dataset: Annotated[str, typer.Option("--dataset", "-d", help="dataset name as ingested")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="the split file to write (JSON)")],
+    backend: Annotated[str, typer.Option("--backend", "-b", help="where the dataset's ids and labels are read")]
+    = "cassandra",
+    source_split: Annotated[str, typer.Option("--from", help="the ingested split to divide")] = "train",
+    ratios: Annotated[str, typer.Option(help="relative sizes, e.g. 8,2 or 7,2,1")] = "8,2",
+    names: Annotated[str, typer.Option(help="names of the new splits, one per ratio")] = "train,val",
+    balance: Annotated[str, typer.Option(help="original | random | per-class weights, e.g. 1,1,1")] = "original",
+    seed: Annotated[int, typer.Option(help="the same seed gives the same split")] = 0,
+) -> None:
+    """A split file made per class from a dataset's ids and labels (the cassandra-dali-plugin split tool).
+
+    Loaders read one of its splits with split_file/split_index (e.g. -o split_file=FILE -o split_index=val).
+    """
+    target = make_backend(backend, get_settings(), dataset)
+    items = [(i, label) for i, label in target.labels(source_split)]
+    if not items:
+        raise WorkbenchError(f"dataset '{dataset}' has no samples in split '{source_split}' of {backend}: "
+                             "ingest it first, or pick the split with --from")
+    if any(not isinstance(label, int) for _, label in items):
+        raise WorkbenchError(f"dataset '{dataset}' has non-integer labels (masks, multilabel or none): split files are "
+                             "made per class; give it int labels")
+    weights = balance if balance in ("original", "random") else parse_ratios(balance)
+    split = make_split(items, parse_ratios(ratios), [n.strip() for n in names.split(",")], weights, seed, dataset)
+    split.save(output)
+    counts = ", ".join(f"{name} {count}" for name, count in split.counts().items())
+    console.print(f"{output}: {counts} ({len(items)} samples of {backend}/{dataset}/{source_split}, seed {seed})")
 
 
 @app.command("verify")

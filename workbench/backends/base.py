@@ -88,6 +88,13 @@ class Backend(ABC):
     def drop_layout(self) -> None:
         """Delete everything this dataset stored in the backend; idempotent."""
 
+    def labels(self, split: str) -> Iterator[tuple[uuid.UUID, int | bytes | None]]:
+        """(id, label) of every stored sample of `split`, for split files; default: from a full `scan`.
+
+        Backends that keep labels apart from the bytes (Cassandra's metadata table) override it cheaply.
+        """
+        return ((s.id, s.label) for s in self.scan() if s.split == split)
+
     def drop(self) -> None:
         """Delete the dataset and forget its catalog entry (benchmarks and tests clean up after themselves)."""
         self.drop_layout()

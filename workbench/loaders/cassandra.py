@@ -34,10 +34,11 @@ from workbench.backends import locate
 from workbench.clients import cassandra_error
 from workbench.concurrency import HasWindow, fixed_depth, in_flight, make_window, pool_size
 from workbench.config import Settings
+from workbench.data import SplitFile
 from workbench.errors import WorkbenchError
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
-from workbench.loaders.retry import RETRIES, RetryPolicy, is_transient, policy_of
+from workbench.loaders.retry import RetryConfig, RetryPolicy, is_transient, policy_of
 
 if TYPE_CHECKING:
     from cassandra.cluster import Cluster, Session
@@ -54,7 +55,7 @@ _CQL_LABEL = {"int": "int", "blob": "blob"}
 _END = object()
 
 
-class CassandraConfig(LoaderConfig):
+class CassandraConfig(LoaderConfig, RetryConfig):
     """LoaderConfig plus the plugin's connection and layout parameters (defaults: settings and catalog)."""
 
     cassandra_ips: list[str] | None = Field(None, min_length=1, description="contact points (default: settings.host)")
@@ -75,8 +76,9 @@ class CassandraConfig(LoaderConfig):
     ssl_own_key: str | None = Field(None, description="client private key (PEM)")
     ssl_own_key_pass: SecretStr | None = Field(None, description="password of the client private key")
     io_threads: int = Field(2, ge=1, le=32, description="connections per host (one driver session each)")
-    retries: int = Field(RETRIES, ge=0, le=1000, description="re-tries of a row read after a transient failure")
-    retry_budget_s: float = Field(30.0, ge=0, description="time limit of one row read and its re-tries")
+    split_file: Path | None = Field(None, description="a split file (`workbench split`): read exactly the ids of "
+                                                      "one of its splits, as source_uuids")
+    split_index: int | str = Field(0, description="which split of split_file: its name or its position")
 
     @field_validator("cassandra_ips")
     @classmethod
@@ -114,6 +116,34 @@ class CassandraConfig(LoaderConfig):
             except ValueError:
                 raise ValueError(f"source_uuids[{i}] = {text!r} is not a UUID") from None
         return canonical
+
+    @model_validator(mode="after")
+    def _ids_from_split_file(self) -> CassandraConfig:
+        """split_file + split_index become source_uuids (the plugin reads a split file's ids the same way)."""
+        if self.split_file is None:
+            return self
+        if self.source_uuids is not None:
+            raise ValueError("give source_uuids or split_file, not both")
+        split = SplitFile.load(self.split_file)
+        if split.dataset and split.dataset != self.dataset:
+            raise ValueError(f"split file {self.split_file} was made for dataset '{split.dataset}', not "
+                             f"'{self.dataset}': make one for this dataset (`workbench split`)")
+        names = list(split.splits)
+        if isinstance(self.split_index, int):
+            if not 0 <= self.split_index < len(names):
+                raise ValueError(f"split_index {self.split_index} is out of range: {self.split_file} has "
+                                 f"{len(names)} splits ({', '.join(names)})")
+            name = names[self.split_index]
+        elif self.split_index in split.splits:
+            name = self.split_index
+        else:
+            raise ValueError(
+                f"split_index '{self.split_index}' is not in {self.split_file} (splits: {', '.join(names)})")
+        ids = split.splits[name]
+        if not ids:
+            raise ValueError(f"split '{name}' of {self.split_file} has no ids")
+        self.source_uuids = [str(i) for i in ids]
+        return self
 
     @model_validator(mode="after")
     def _credentials_and_tls(self) -> CassandraConfig:

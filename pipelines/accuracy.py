@@ -48,10 +48,11 @@ def classify_epoch(predict: Callable[[Any], Any], batches: Iterable[tuple]) -> t
 
 def step_predictor(step) -> Callable[[Any], Any]:
     """`images -> logits` of a `pipelines.common.TrainStep`'s model, in eval mode, normalised as in training."""
-    step.model.eval()
+    model = getattr(step.model, "module", step.model)  # DDP's wrapped module: no collective in a forward
+    model.eval()
 
     def predict(images):
-        return step.model(step.prepare(images))
+        return model(step.prepare(images))
 
     return predict
 

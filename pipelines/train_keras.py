@@ -58,15 +58,18 @@ def tf_gpu() -> bool:
 
 
 def build_model(arch: str, size: int, num_classes: int):
-    """``tiny``: three strided conv blocks; ``resnet50``: keras.applications.ResNet50 (random weights)."""
+    """``tiny``: three strided conv blocks; ``small``: conv blocks keeping a 4x4 map (for the digits, as
+    `pipelines.common.small_cnn`); ``resnet50``: keras.applications.ResNet50 (random weights)."""
     import keras
     from keras import layers
 
     if arch == "resnet50":
         return keras.applications.ResNet50(weights=None, input_shape=(size, size, 3), classes=num_classes,
                                            classifier_activation=None)
+    if arch == "small":
+        return _small_model(size, num_classes)
     if arch != "tiny":
-        raise ValueError(f"unknown keras model '{arch}': use tiny or resnet50")
+        raise ValueError(f"unknown keras model '{arch}': use tiny, small or resnet50")
     inputs = keras.Input((size, size, 3))
     x = inputs
     for width in (16, 32, 64):
@@ -78,6 +81,21 @@ def build_model(arch: str, size: int, num_classes: int):
     return keras.Model(inputs, outputs, name="tiny_cnn")
 
 
+def _small_model(size: int, num_classes: int):
+    import keras
+    from keras import layers
+
+    inputs = keras.Input((size, size, 3))
+    x = inputs
+    for width, pool in ((32, True), (64, True), (64, False)):
+        x = layers.Conv2D(width, 3, strides=1 if pool else 2, padding="same")(x)
+        x = layers.ReLU()(layers.BatchNormalization()(x))
+        x = layers.MaxPooling2D()(x) if pool else x
+    x = layers.Flatten()(x)  # 4x4 at 32 px
+    outputs = layers.Dense(num_classes, dtype="float32")(x)
+    return keras.Model(inputs, outputs, name="small_cnn")
+
+
 def compile_model(model, lr: float = 0.01):
     import keras
 
@@ -86,8 +104,11 @@ def compile_model(model, lr: float = 0.01):
     return model
 
 
-def elements(source: str, dataset: str, settings, split: str = "train", **config: Any):
-    """A tf.data.Dataset of {'data': encoded string, 'label': int64}, EPOCHS_AHEAD epochs then repeating."""
+def elements(source: str, dataset: str, settings, split: str = "train", repeat: bool = True, **config: Any):
+    """A tf.data.Dataset of {'data': encoded string, 'label': int64}, EPOCHS_AHEAD epochs then repeating.
+
+    With ``repeat=False``: one epoch (one scan of the cache for ignite-dataset), for validation.
+    """
     from workbench.tf_import import tensorflow
     tf = tensorflow()
 
@@ -109,31 +130,33 @@ def elements(source: str, dataset: str, settings, split: str = "train", **config
             raise WorkbenchError(f"Ignite cache {cache} has no {', '.join(sorted(missing))} field: "
                                  "not a workbench layout")
         wanted = tf.constant(split)
-        return (scan.filter(lambda e: tf.equal(e["val"][names["split"]], wanted))
-                .map(lambda e: {"data": e["val"][names["data"]], "label": tf.cast(e["val"][names["label"]], tf.int64)})
-                .repeat())
+        chosen = scan.filter(lambda e: tf.equal(e["val"][names["split"]], wanted)).map(
+            lambda e: {"data": e["val"][names["data"]], "label": tf.cast(e["val"][names["label"]], tf.int64)})
+        return chosen.repeat() if repeat else chosen
 
     from workbench.adapters.tf import tf_dataset
 
     def one(epoch: int):
         return tf_dataset(source, settings, dataset=dataset, split=split, epoch=epoch, **config)
 
+    if not repeat:
+        return one(0).map(lambda e: {"data": e["data"], "label": e["label"]})
     epochs = reduce(lambda a, b: a.concatenate(b), (one(e) for e in range(1, EPOCHS_AHEAD)), one(0))
     return epochs.map(lambda e: {"data": e["data"], "label": e["label"]}).repeat()
 
 
 def input_pipeline(source: str, dataset: str, settings, batch_size: int, size: int, split: str = "train",
-                   **config: Any):
+                   repeat: bool = True, **config: Any):
     """(float32 NHWC images in [-1, 1], int64 labels) batches: decode_images in parallel, prefetched."""
     from workbench.tf_import import tensorflow
     tf = tensorflow()
 
     from workbench.adapters.tf import decode_images
 
-    decoded = decode_images(elements(source, dataset, settings, split, **config), size)
+    decoded = decode_images(elements(source, dataset, settings, split, repeat, **config), size)
     pairs = decoded.map(lambda e: (tf.cast(e["image"], tf.float32) / 127.5 - 1.0, e["label"]),
                         num_parallel_calls=tf.data.AUTOTUNE)
-    return pairs.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    return pairs.batch(batch_size, drop_remainder=repeat).prefetch(tf.data.AUTOTUNE)
 
 
 def _throughput_callback(warmup: int, batch_size: int):
@@ -159,8 +182,11 @@ def _throughput_callback(warmup: int, batch_size: int):
 def train(source: str, dataset: str, settings=None, steps: int = 20, batch_size: int | None = None, *,
           model: str | None = None, size: int | None = None, num_classes: int = 1000, split: str = "train",
           threads: int | None = None, warmup: int | None = None, lr: float = 0.01, ceiling: bool = True,
-          results_dir=None, **loader_config: Any) -> dict:
-    """``model.fit`` for `steps` steps from `source`; returns the report row (images_per_s, ceiling, ratio, loss)."""
+          results_dir=None, val_split: str | None = None, **loader_config: Any) -> dict:
+    """``model.fit`` for `steps` steps from `source`; returns the report row (images_per_s, ceiling, ratio, loss).
+
+    With `val_split`, the model then classifies that split once, read the same way (``val_accuracy``).
+    """
     configure_threads(threads)
     import keras
 
@@ -202,8 +228,24 @@ def train(source: str, dataset: str, settings=None, steps: int = 20, batch_size:
               "batch_size": batch_size, "steps": steps, "warmup": warmup, "gpu": gpu,
               "loader_config": {k: v for k, v in loader_config.items() if "password" not in k}}
     extra = {"loss": round(loss, 4), "timed_images": meter.meter.images, "wall_seconds": round(wall, 2)}
+    if val_split is not None:
+        extra |= validate(net, source, dataset, settings, batch_size, size, val_split, **loader_config)
     row = report(f"train_keras-{source}", images_per_s, top, config, results_dir, settings=settings, extra=extra)
     return {**row, "images_per_s": images_per_s, "ceiling": top, "ratio": ratio_of(images_per_s, top), "loss": loss}
+
+
+def validate(net, source: str, dataset: str, settings, batch_size: int, size: int, split: str,
+             **config: Any) -> dict[str, Any]:
+    """One pass of `net` over `split` (inference mode), through the same input pipeline: accuracy keys."""
+    from pipelines.accuracy import accuracy_row
+
+    config = {**config, "shuffle": False} if source != IGNITE_DATASET else config
+    correct = seen = 0
+    for images, labels in input_pipeline(source, dataset, settings, batch_size, size, split, repeat=False, **config):
+        predicted = net(images, training=False).numpy().argmax(axis=1)
+        correct += int((predicted == labels.numpy()).sum())
+        seen += len(predicted)
+    return {**accuracy_row(correct, seen, split), "val_correct": correct}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -216,7 +258,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="train")
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--model", default=None, choices=["tiny", "resnet50"])
+    p.add_argument("--model", default=None, choices=["tiny", "small", "resnet50"])
     p.add_argument("--size", type=int, default=None)
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--threads", type=int, default=None, help="TensorFlow intra/inter-op threads")

@@ -150,7 +150,19 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
     batch_size = batch_size or (128 if dev.type == "cuda" else 32)
     warmup = default_warmup(steps) if warmup is None else min(warmup, steps - 1)
 
+    rank, world, joined = join_ranks(dev)
+    if world > 1:  # torchrun: this rank's shard of the data, gradients averaged by DDP, no ceiling
+        loader_config = {"shard_id": rank, "num_shards": world, **loader_config}
+        ceiling = False
+        if dev.type == "cuda" and dev.index is None:
+            import os
+
+            dev = pick_device(f"cuda:{os.environ.get('LOCAL_RANK', '0')}")
     step = make_step(arch, size, num_classes, dev, amp=amp, lr=lr)
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        step.model = DistributedDataParallel(step.model)
     if decode == "dali":
         make_epoch, close = dali_epochs(loader, settings, dataset, batch_size, size, dev, dali_threads,
                                         fetch_workers, **loader_config)
@@ -177,9 +189,13 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
     if val_split is not None:
         val = validate(step, loader, settings, dataset, batch_size, size, decode, workers, dali_threads,
                        {**loader_config, "split": val_split, "shuffle": False})
+    if joined:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
     config = {"loader": loader, "dataset": dataset, "decode": decode, "model": arch, "size": size,
               "batch_size": batch_size, "steps": steps, "warmup": warmup, "device": str(dev), "amp": step.amp,
-              "workers": workers if decode == "torch" else fetch_workers,
+              "workers": workers if decode == "torch" else fetch_workers, "ranks": world,
               "loader_config": {k: v for k, v in loader_config.items() if "password" not in k}}
     extra = {"loss": round(loss, 4), "timed_images": meter.images, "timed_seconds": round(meter.seconds, 3),
              "wall_seconds": round(wall, 2), **(val if val_split is not None else {})}
@@ -188,7 +204,8 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
         row = {"pipeline": name, **config, "images_per_s": images_per_s, "ceiling_images_per_s": top,
                "ratio": ratio_of(images_per_s, top), **extra}
     else:
-        row = report(name, images_per_s, top, config, results_dir, settings=settings, extra=extra)
+        row = report(name, images_per_s, top, config, results_dir if rank == 0 else None, settings=settings,
+                     extra=extra)
     return {**row, "images_per_s": images_per_s, "ceiling": top, "ratio": ratio_of(images_per_s, top),
             "loss": loss}
 
@@ -209,7 +226,30 @@ def validate(step: TrainStep, loader: str, settings, dataset: str, batch_size: i
     finally:
         close()
         step.model.train()
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():  # each rank classified its shard: add them up
+        import torch
+
+        counts = torch.tensor([correct, seen], dtype=torch.int64)
+        dist.all_reduce(counts)
+        correct, seen = int(counts[0]), int(counts[1])
     return {**accuracy_row(correct, seen, config["split"]), "val_correct": correct}
+
+
+def join_ranks(device) -> tuple[int, int, bool]:
+    """(rank, world size, joined here) under torchrun (WORLD_SIZE > 1): gloo on a CPU, nccl on GPUs."""
+    import os
+
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1, False
+    joined = not dist.is_initialized()
+    if joined:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return dist.get_rank(), dist.get_world_size(), joined
 
 
 # ---------------------------------------------------------------------------------------------------- CLI

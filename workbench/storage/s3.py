@@ -1,7 +1,9 @@
 """S3 through boto3: the only place an S3 client is built and an S3 error is read.
 
 `s3_client`/`s3_client_at` build clients with timeouts, path-style addressing and, with settings.tls,
-verification against the stack's CA only; `S3Store` is the `Store` over ``s3://bucket/prefix/``.
+verification against the stack's CA only; `BotoS3Store` is the `Store` over ``s3://bucket/prefix/`` on
+boto3. `workbench.storage.S3Store` is its obstore subclass (`s3_native`), which keeps boto3 only for
+buckets, presigned URLs, numbered multipart uploads and user-supplied clients.
 Every botocore failure leaves this module as a one-line WorkbenchError (access denied -> which keys to
 check; no bucket -> ingest first; unreachable -> is the stack up; TLS mismatch -> which setting).
 """
@@ -119,7 +121,7 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
-class S3Store(Store):
+class BotoS3Store(Store):
     """Keys under ``s3://bucket/prefix/`` through one thread-safe boto3 client; errors become WorkbenchErrors."""
 
     def __init__(self, settings: Settings, bucket: str, prefix: str = "", via_proxy: bool = False,
@@ -299,7 +301,7 @@ class S3Store(Store):
             )
 
     @classmethod
-    def from_client(cls, client: Any, bucket: str, prefix: str = "") -> S3Store:
+    def from_client(cls, client: Any, bucket: str, prefix: str = "") -> BotoS3Store:
         """A store over a client the user made (cortx-style ``RemoteDataset(client, ...)``)."""
         store = cls(Settings.model_construct(), bucket, prefix)
         store.endpoint = client.meta.endpoint_url
@@ -310,7 +312,7 @@ class S3Store(Store):
 class _S3Upload(MultipartUpload):
     """An S3 multipart upload, started on the first part."""
 
-    def __init__(self, store: S3Store, key: str) -> None:
+    def __init__(self, store: BotoS3Store, key: str) -> None:
         self.store = store
         self.key = key
         self.uri = f"{store.where}/{key}"

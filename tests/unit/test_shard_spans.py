@@ -263,3 +263,44 @@ def test_damaged_shard_bytes_give_items_or_one_clear_error(shards, cuts, label_t
         assert "shard-000000.tar" in str(exc)
         return
     assert len(items) == info.samples  # payload damage (an image, a uid) is not a tar error: tar has no data sums
+
+
+# ------------------------------------------------------------------------------ version-1 shard sets
+
+
+def test_a_version_1_set_is_read_by_parsing_and_gains_rows_on_re_ingest(tmp_path) -> None:
+    from workbench.backends.registry import make_backend
+    from workbench.config import Settings
+    from workbench.ingest import ingest
+    from workbench.layouts.shards import INDEX, read_split_index
+
+    settings = Settings(state_dir=tmp_path / "state", s3_access_key=None, s3_secret_key=None)
+    source = SyntheticSource(15, seed=9, mean_kb=3, name=f"v1-{uuid.uuid4().hex[:6]}")
+    root = tmp_path / "data"
+    backend = make_backend("fs", settings, source.name, layout="shards", root=root, maxcount=4)
+    ingest(source, backend, progress=False)
+    store, train = DirStore(root), root / "train"
+    fresh_index = (train / INDEX).read_bytes()
+    v2 = read_split_index(store, "train", "d")
+    expected = [fetch_items(store, "train", info, "int") for info in v2]
+    # What an ingest before version 2 left: records and index without rows.
+    for record in (train / "ids").iterdir():
+        doc = json.loads(record.read_text())
+        del doc["members"]
+        record.write_text(json.dumps({**doc, "version": 1}))
+    (train / INDEX).write_bytes(write_index([ShardInfo(**info.fields()) for info in v2]))
+    assert json.loads((train / INDEX).read_bytes()).get("members") is None
+    loaded = read_split_index(store, "train", "d")
+    assert all(info.members is None for info in loaded)
+    assert [fetch_items(store, "train", info, "int") for info in loaded] == expected  # parsed
+    assert [fetch_items(store, "train", info, "int", which=[1]) for info in loaded] == [[e[1]] for e in expected]
+    # A re-ingest of the same samples adds the rows (the shards themselves are not rewritten).
+    tars = {p: p.stat().st_mtime_ns for p in train.glob("*.tar")}
+    ingest(source, backend, progress=False)
+    assert (train / INDEX).read_bytes() == fresh_index
+    assert read_split_index(store, "train", "d") == v2
+    assert all("members" in json.loads(r.read_text()) for r in (train / "ids").iterdir())
+    assert {p: p.stat().st_mtime_ns for p in train.glob("*.tar")} == tars
+    before = {p: p.stat().st_mtime_ns for p in train.rglob("*")}
+    ingest(source, backend, progress=False)  # now a no-op
+    assert {p: p.stat().st_mtime_ns for p in train.rglob("*")} == before

@@ -281,6 +281,26 @@ def read_shard(data: bytes, name: str = "shard") -> Iterator[dict[str, bytes]]:
         raise WorkbenchError(f"shard {name}: corrupt or truncated tar ({_one_line(exc)})") from None
 
 
+def spans_from_tar(data: bytes, name: str = "shard") -> tuple[SampleSpan, ...]:
+    """The spans of an existing tar shard, found by parsing it once: how a version-1 shard set gets its rows.
+
+    The shard must pass `read_shard` (contiguous samples, whole archive); else a WorkbenchError naming it.
+    """
+    samples = sum(1 for _ in read_shard(data, name))
+    groups: list[tuple[str, int, list[Member]]] = []
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for member in tar:
+            if member.isfile():
+                key, ext = split_name(member.name)
+                if not groups or groups[-1][0] != key:
+                    groups.append((key, member.offset, []))
+                groups[-1][2].append(Member(ext, member.offset_data, member.size))
+    if len(groups) != samples:
+        raise WorkbenchError(f"shard {name}: {len(groups)} sample spans for {samples} samples")
+    return tuple(SampleSpan(start, header_crc(data, SampleSpan(start, 0, tuple(ms)).regions), tuple(ms))
+                 for _, start, ms in groups)
+
+
 def slice_shard(data: bytes, spans: Sequence[SampleSpan], name: str = "shard", base: int = 0
                 ) -> Iterator[dict[str, bytes]]:
     """What `read_shard` gives, sliced out by the index's spans instead of parsed: ``{"__key__": key, ext: bytes}``.

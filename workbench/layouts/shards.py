@@ -12,7 +12,8 @@ Shard set layout, per split::
 
 Readers slice samples out of a shard by the spans the index records (`workbench.data.shard_spans`): one
 GET of the whole shard (or ranged GETs of the samples wanted), one CRC of each sample's tar headers, one
-slice per entry; no tar parsing. A version-1 index (no spans) falls back to parsing the tar.
+slice per entry; no tar parsing. A version-1 index (no spans) falls back to parsing the tar; the next
+ingest into such a set (even one with nothing new) parses its shards once and writes their rows.
 
 A shard is complete once its tar is stored AND its record is written after it (and the tar still has
 the size the record says). `stored_ids` is the union of the complete records; the index is rebuilt
@@ -55,7 +56,7 @@ from workbench.data import (
     write_index,
 )
 from workbench.data.shard_spans import SampleSpan
-from workbench.data.shards import check_span, slice_shard, span_key
+from workbench.data.shards import check_span, slice_shard, span_key, spans_from_tar
 from workbench.errors import WorkbenchError
 from workbench.layouts.common import check_split, labelled
 from workbench.storage import Store
@@ -197,16 +198,39 @@ class ShardSet:
 
     def _upload(self, split: str, info: ShardInfo, data: bytes, members: list[tuple[uuid.UUID, int]]):
         """Tar first, then its record: the record is what makes the shard complete."""
-        stem = info.name.removesuffix(".tar")
         self.store.put(f"{split}/{info.name}", data)
-        record = {"format": RECORD_FORMAT, "version": 2, "shard": info.fields(), "members": info.rows(),
-                  "data_bytes": sum(n for _, n in members), "ids": [str(i) for i, _ in members]}
-        self.store.put(f"{split}/{IDS_DIR}/{stem}.json", (json.dumps(record) + "\n").encode())
+        self._put_record(split, info, sum(n for _, n in members), [i for i, _ in members])
         return split, info, members
+
+    def _put_record(self, split: str, info: ShardInfo, data_bytes: int, ids: list[uuid.UUID]) -> None:
+        record = {"format": RECORD_FORMAT, "version": 2, "shard": info.fields(), "members": info.rows(),
+                  "data_bytes": data_bytes, "ids": [str(i) for i in ids]}
+        self.store.put(f"{split}/{IDS_DIR}/{info.name.removesuffix('.tar')}.json", (json.dumps(record) + "\n").encode())
+
+    def _add_spans(self, split: str, doc: dict) -> None:
+        """Give a complete shard written before index version 2 its sample rows (read and parsed once, record
+        rewritten): the index written after this ingest lets readers slice it too. A shard that cannot be
+        parsed keeps its old record (a warning says why)."""
+        info: ShardInfo = doc["info"]
+        data = self.store.get_or_none(f"{split}/{info.name}")
+        try:
+            if data is None or len(data) != info.bytes:
+                raise WorkbenchError(f"shard {self.store.where}/{split}/{info.name} changed or vanished")
+            info.members = spans_from_tar(data, f"{self.store.where}/{split}/{info.name}")
+        except WorkbenchError as exc:
+            log.warning("%s: its readers keep parsing it", exc)
+            return
+        self._put_record(split, info, doc.get("data_bytes", 0), doc["ids"])
 
     def write(self, samples: Iterable[Sample], progress: Progress) -> None:
         listing = self._listing()
-        infos = {split: [doc["info"] for doc in docs] for split, docs in self._complete(listing).items()}
+        complete = self._complete(listing)
+        old = [(split, doc) for split, docs in complete.items() for doc in docs if doc["info"].members is None]
+        if old:  # a shard set from before index version 2
+            log.info("adding sample rows to %d shard(s) in %s (index version 2)", len(old), self.store.where)
+            with ThreadPoolExecutor(min(max(1, self.workers), 4)) as pool:
+                list(pool.map(lambda sd: self._add_spans(*sd), old))
+        infos = {split: [doc["info"] for doc in docs] for split, docs in complete.items()}
         next_number = {
             split: max([*listing.tars.get(split, {}), *listing.records.get(split, set())], default=-1) + 1
             for split in listing.splits

@@ -12,6 +12,9 @@ that the same test then sees chance accuracy, so the accuracy tests can fail.
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -23,7 +26,7 @@ if str(ROOT) not in sys.path:  # pipelines/ is a folder of scripts beside the pa
     sys.path.insert(0, str(ROOT))
 
 from workbench.backends import make_backend  # noqa: E402
-from workbench.data import DigitsSource, Sample  # noqa: E402
+from workbench.data import DigitsSource, LearnableSyntheticSource, Sample  # noqa: E402
 from workbench.ingest import ingest  # noqa: E402
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -82,6 +85,12 @@ def digits(stack) -> str:
             backend.drop()
 
 
+def _record(what: str, accuracy: float) -> float:
+    """Print the measured accuracy (pytest -s / -rA shows it): the numbers the issue asks for."""
+    print(f"validation accuracy {what}: {accuracy:.4f}")
+    return accuracy
+
+
 def _train_torch(stack, loader: str, dataset: str, **options):
     from pipelines.train_torch import train
 
@@ -92,7 +101,7 @@ def _train_torch(stack, loader: str, dataset: str, **options):
 def test_torch_pipeline_learns_digits_from_each_backend(stack, digits, loader):
     result = _train_torch(stack, loader, digits, decode="torch", workers=2, **OUT_OF_ORDER)
     assert result["val_samples"] == VAL_SAMPLES  # every validation image once
-    assert result["val_accuracy"] >= TARGET, result
+    assert _record(f"torch {loader}", result["val_accuracy"]) >= TARGET, result
 
 
 def test_scrambled_labels_stay_near_chance(stack, digits):
@@ -102,7 +111,7 @@ def test_scrambled_labels_stay_near_chance(stack, digits):
     result = _train_torch(stack, "fs", digits, decode="torch", workers=2, wrap_batches=scramble_labels,
                           **OUT_OF_ORDER)
     assert result["val_samples"] == VAL_SAMPLES
-    assert result["val_accuracy"] < 0.3, result  # 10 classes: chance is 0.1
+    assert _record("torch fs, labels scrambled", result["val_accuracy"]) < 0.3, result  # 10 classes: chance is 0.1
 
 
 def test_torch_pipeline_dali_cpu_decoding_learns_digits(stack, digits):
@@ -110,4 +119,78 @@ def test_torch_pipeline_dali_cpu_decoding_learns_digits(stack, digits):
         pytest.skip("DALI is not installed")
     result = _train_torch(stack, "cassandra", digits, decode="dali", **OUT_OF_ORDER)
     assert result["val_samples"] == VAL_SAMPLES
-    assert result["val_accuracy"] >= TARGET, result
+    assert _record("torch cassandra, DALI CPU decoding", result["val_accuracy"]) >= TARGET, result
+
+
+def test_torch_pipeline_two_ranks_learn_digits(stack, digits, tmp_path):
+    """torchrun --nproc-per-node=2 (gloo, DDP): each rank trains and validates its shard; counts are summed."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+               "-m", "pipelines.train_torch", "--loader", "s3-shards", "--dataset", digits, "--decode", "torch",
+               "--model", "small", "--size", "32", "--num-classes", "10", "--batch-size", "32", "--steps", "60",
+               "--lr", "0.02", "--device", "cpu", "--threads", "1", "--workers", "2", "--val-split", "val",
+               "--results-dir", str(tmp_path), "-o", "ordered=false"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = json.loads((tmp_path / "train_torch-s3-shards-torch.json").read_text())["rows"][0]
+    assert row["ranks"] == 2
+    assert row["val_samples"] == VAL_SAMPLES  # the two ranks' shards together: every validation image once
+    assert _record("torch s3-shards, 2 ranks (DDP, gloo)", row["val_accuracy"]) >= TARGET, row
+
+
+def test_lightning_pipeline_learns_digits(stack, digits):
+    pytest.importorskip("lightning")
+    from pipelines.train_lightning import train
+
+    result = train("ignite", digits, stack, steps=120, batch_size=32, model="small", size=32, num_classes=10,
+                   workers=2, val_split="val", val_batches=0, lr=0.02, ceiling=False, validate_all=True,
+                   **OUT_OF_ORDER)
+    assert _record("lightning ignite", result["val"]["val_acc"]) >= TARGET, result
+
+
+@pytest.mark.parametrize("source", ["ignite-dataset", "cassandra"])
+def test_keras_pipeline_learns_digits(stack, digits, source):
+    """The Ignite article's path (IgniteDataset -> tf.data -> Keras) and a loader through tf_dataset."""
+    if importlib.util.find_spec("tensorflow") is None:  # not importorskip: TF must load through workbench.tf_import
+        pytest.skip("tensorflow is not installed")
+    from pipelines.train_keras import train
+
+    options = {} if source == "ignite-dataset" else OUT_OF_ORDER
+    result = train(source, digits, stack, steps=150, batch_size=32, model="small", size=32, num_classes=10,
+                   lr=0.02, ceiling=False, val_split="val", **options)
+    assert result["val_samples"] == VAL_SAMPLES
+    assert _record(f"keras {source}", result["val_accuracy"]) >= TARGET, result
+
+
+def test_ignite_digits_notebook_draws_the_first_five(stack, tmp_path):
+    """notebooks/05-ignite-digits: the Ignite article's demo (IgniteDataset -> first five digits, matplotlib)."""
+    papermill = pytest.importorskip("papermill")
+    import nbformat
+
+    name = f"nbdigits_{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "figure"
+    try:
+        papermill.execute_notebook(str(ROOT / "notebooks" / "05-ignite-digits.ipynb"), str(tmp_path / "05.ipynb"),
+                                   parameters={"dataset": name, "results_dir": str(out)}, kernel_name="python3",
+                                   cwd=str(ROOT), progress_bar=False, execution_timeout=240)
+    finally:
+        make_backend("ignite", stack, name).drop()
+    printed = "".join(o.get("text", "") for c in nbformat.read(tmp_path / "05.ipynb", as_version=4).cells
+                      for o in c.get("outputs", []))
+    labels = json.loads(printed.split("labels: ", 1)[1].split(" figure:", 1)[0])
+    assert len(labels) == 5 and all(0 <= label <= 9 for label in labels)
+    assert "1797 samples" in printed
+    assert (out / "first-digits.png").stat().st_size > 2000
+
+
+def test_torch_pipeline_learns_the_learnable_synthetic_source(stack):
+    """synthetic:N:learnable (photo-sized JPEGs, class drawn in the middle) trains as the digits do."""
+    name = f"learnable_{uuid.uuid4().hex[:8]}"
+    backend = make_backend("fs", stack, name)
+    try:
+        ingest(LearnableSyntheticSource(300, mean_kb=30, name=name), backend, progress=False)
+        result = _train_torch(stack, "fs", name, decode="torch", workers=2, steps=60, **OUT_OF_ORDER)
+    finally:
+        backend.drop()
+    assert result["val_samples"] == 60  # every 5th of 300
+    assert _record("torch fs, learnable synthetic", result["val_accuracy"]) >= TARGET, result

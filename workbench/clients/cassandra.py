@@ -1,13 +1,24 @@
-"""Cassandra sessions with timeouts, the configured login and, with settings.tls, the stack CA; clear errors."""
+"""Cassandra sessions with timeouts, the configured login and, with settings.tls, the stack CA; clear errors.
+
+Two drivers: the Python driver (`cassandra_session`: schema, scans, the `cassandra-py` loader) and the
+C++ driver acsylla (`open_native_session` on an `EventLoopThread`: the `cassandra` loader and ingest),
+whose I/O and framing run outside the GIL.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import ipaddress
 import logging
 import re
 import ssl
-from collections.abc import Iterator
+import threading
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from workbench.clients.tls import STACK_CA_HINT, chained, speaks_tls, ssl_reason, verify_reason
 from workbench.config import Settings
@@ -29,6 +40,13 @@ def cassandra_ssl_context(settings: Settings) -> ssl.SSLContext | None:
         return None
     return ssl.create_default_context(cafile=str(settings.ca_file()))  # CERT_REQUIRED + check_hostname
 
+def settings_login(settings: Settings) -> tuple[str, str] | None:
+    """The configured login (user, password), refusing the server's well-known default unless dev_mode."""
+    settings.check_credentials()
+    if settings.cassandra_username and settings.cassandra_password:
+        return settings.cassandra_username, settings.cassandra_password.get_secret_value()
+    return None
+
 def cassandra_cluster(settings: Settings, via_proxy: bool = False, login: tuple[str, str] | None = None,
                       **options) -> Cluster:
     """A driver cluster with every timeout bounded; `login` overrides the configured one (stack bootstrap only)."""
@@ -36,9 +54,8 @@ def cassandra_cluster(settings: Settings, via_proxy: bool = False, login: tuple[
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import RoundRobinPolicy
 
-    settings.check_credentials()
-    if login is None and settings.cassandra_username and settings.cassandra_password:
-        login = (settings.cassandra_username, settings.cassandra_password.get_secret_value())
+    configured = settings_login(settings)  # checks the configured login even when `login` overrides it
+    login = configured if login is None else login
     auth = PlainTextAuthProvider(*login) if login else None
     return Cluster(
         [settings.host], port=settings.port("cassandra", via_proxy), auth_provider=auth,
@@ -108,3 +125,160 @@ def _first_host_error(exc: BaseException) -> tuple[tuple[str, int] | None, BaseE
         address, _, port_text = endpoint.rpartition(":")
         port = int(port_text) if port_text.isdigit() else None
     return ((address, int(port)) if address and port else None), error
+
+
+# ------------------------------------------------------------------ the C++ driver (acsylla): loader and ingest
+
+T = TypeVar("T")
+NATIVE_PROTOCOL_VERSION = 4  # the C++ driver's v5 support is beta
+# acsylla's SSLVerifyFlags lacks the C driver's CASS_SSL_VERIFY_PEER_IDENTITY (IP address in the certificate).
+_VERIFY_NONE, _VERIFY_PEER_CERT, _VERIFY_PEER_IDENTITY, _VERIFY_PEER_IDENTITY_DNS = 0, 1, 2, 4
+_NATIVE_DEFAULTS: dict[str, Any] = {
+    "protocol_version": NATIVE_PROTOCOL_VERSION, "core_connections_per_host": 1, "use_schema": False,
+    "token_aware_routing": False, "load_balance_round_robin": True, "log_level": "disabled",
+    "application_name": "workbench",
+}
+
+
+def acsylla_driver(needed_by: str = "the workbench's Cassandra client", instead: str | None = None) -> Any:
+    """The acsylla module, or one line naming the package, the install command and what to use instead."""
+    try:
+        import acsylla
+    except ImportError as exc:
+        alternative = f" (or {instead})" if instead else ""
+        raise WorkbenchError(f"{needed_by} needs the package acsylla (a C++ Cassandra driver): "
+                             f"pip install acsylla{alternative}") from exc
+    return acsylla
+
+
+@dataclass(frozen=True)
+class NativeTLS:
+    """TLS of an acsylla session.
+
+    ca_file None: encrypt only (the plugin's use_ssl without ssl_certificate). check_identity: the
+    server's address or name must be in its certificate (the stack's own TLS). own_*: a client certificate.
+    """
+
+    ca_file: str | None
+    check_identity: bool = False
+    own_certificate: str | None = None
+    own_key: str | None = None
+    own_key_password: str = field(default="", repr=False)
+
+
+def stack_tls(settings: Settings) -> NativeTLS | None:
+    """With settings.tls: trust only the stack's CA and check the server's address or name (as the Python driver)."""
+    return NativeTLS(str(settings.ca_file()), check_identity=True) if settings.tls else None
+
+
+def read_pem(name: str, path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkbenchError(f"cannot load {name} {path}: {exc}") from exc
+
+
+def configure_native_tls(cluster: Any, tls: NativeTLS | None, host: str) -> None:
+    """Hand `tls` to an acsylla cluster; `host` (the first contact point) decides address vs name checks."""
+    if tls is None:
+        return
+    flags = _VERIFY_NONE
+    trusted = None
+    if tls.ca_file:
+        trusted = read_pem("CA certificate", tls.ca_file)
+        flags = _VERIFY_PEER_CERT
+        if tls.check_identity:
+            try:
+                ipaddress.ip_address(host)
+                flags |= _VERIFY_PEER_IDENTITY
+            except ValueError:
+                flags |= _VERIFY_PEER_IDENTITY_DNS
+                cluster.set_hostname_resolution(True)
+    own_cert = read_pem("client certificate", tls.own_certificate) if tls.own_certificate else None
+    own_key = read_pem("client key", tls.own_key) if tls.own_key else None
+    try:
+        cluster.set_ssl(True, own_cert, own_key, tls.own_key_password, trusted, flags)
+    except acsylla_driver().errors.CassErrorSourceSsl as exc:
+        raise WorkbenchError(f"cannot use the TLS files for Cassandra: {first_line(exc)} (CA {tls.ca_file}, "
+                             f"client certificate {tls.own_certificate})") from None
+
+
+def native_connect_error(exc: BaseException, where: str, tls: bool, timeout_s: float,
+                         first: tuple[str, int]) -> WorkbenchError:
+    """The Python driver's one-line messages (cassandra_error) for a failed acsylla connect.
+
+    A refused login or a TLS mismatch is permanent (no transient cause); "unreachable" keeps the driver's
+    error as its cause, so retry policies re-try only that.
+    """
+    errors = acsylla_driver().errors
+    text = first_line(exc)
+    if isinstance(exc, errors.CassErrorServerBadCredentials):
+        server_says = re.search(r"error response '([^']+)'", text)
+        return chained(CassandraLoginRefused(
+            f"Cassandra at {where} refused the login ({server_says.group(1) if server_says else text}): check "
+            "WORKBENCH_CASSANDRA_USERNAME and WORKBENCH_CASSANDRA_PASSWORD (environment or .env)"), exc)
+    if isinstance(exc, errors.CassErrorSslInvalidPeerCert | errors.CassErrorSslIdentityMismatch
+                  | errors.CassErrorSslNoPeerCert):
+        reason = text.split("Underlying connection error:")[-1].strip()
+        return chained(WorkbenchError(
+            f"cannot verify the TLS certificate of Cassandra at {where} ({reason}): set "
+            f"WORKBENCH_TLS_CA_FILE to the CA that signed it ({STACK_CA_HINT})"), None)
+    if isinstance(exc, errors.CassErrorSourceSsl) and not isinstance(exc, errors.CassErrorSslClosed):
+        return chained(WorkbenchError(
+            f"TLS handshake with Cassandra at {where} failed ({ssl_reason(text)}): the server does not speak "
+            "TLS there; set WORKBENCH_TLS=0 or enable its client_encryption_options"), None)
+    if not tls and "connection refused" not in text and speaks_tls(*first, min(timeout_s, 3.0)):
+        return chained(WorkbenchError(
+            f"Cassandra at {where} accepts TLS connections only ({text}): set WORKBENCH_TLS=1 and "
+            f"WORKBENCH_TLS_CA_FILE to its CA ({STACK_CA_HINT})"), None)
+    return chained(WorkbenchError(
+        f"cannot reach Cassandra at {where}: {text}; is the stack up? (`workbench stack status`)"), exc)
+
+
+async def open_native_session(settings: Settings, hosts: list[str], port: int, login: tuple[str, str] | None,
+                              tls: NativeTLS | None, **options: Any) -> Any:
+    """A connected acsylla session, every timeout settings.timeout_s; a failed connect as one line.
+
+    `options` go to acsylla.create_cluster (e.g. num_threads_io). Neither reading rows nor inserting them
+    needs the schema of every keyspace or routing by token: connects are faster without.
+    """
+    acsylla = acsylla_driver()
+    username, password = login if login else (None, None)
+    timeouts = {"connect_timeout": settings.timeout_s, "request_timeout": settings.timeout_s,
+                "resolve_timeout": settings.timeout_s}
+    cluster = acsylla.create_cluster(hosts, port=port, username=username, password=password,
+                                     **{**_NATIVE_DEFAULTS, **timeouts, **options})
+    configure_native_tls(cluster, tls, hosts[0])
+    try:
+        return await cluster.create_session()
+    except acsylla.errors.CassException as exc:
+        where = ", ".join(f"{h}:{port}" for h in hosts)
+        raise native_connect_error(exc, where, tls is not None, settings.timeout_s, (hosts[0], port)) from None
+
+
+class EventLoopThread:
+    """An asyncio loop in a daemon thread (acsylla's sessions live on one): other threads submit and wait."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+
+    def call(self, coro: Awaitable[T], timeout_s: float) -> T:
+        future = self.submit(coro)
+        try:
+            return future.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no answer from the Cassandra driver within {timeout_s:.0f} s") from None
+
+    def stop(self, timeout_s: float) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout_s)
+        if not self.thread.is_alive():
+            self.loop.close()

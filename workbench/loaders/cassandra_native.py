@@ -19,17 +19,20 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import ipaddress
 import queue
-import re
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
-from workbench.clients import CassandraLoginRefused
-from workbench.clients.tls import STACK_CA_HINT, chained, speaks_tls, ssl_reason
+from workbench.clients.cassandra import (
+    EventLoopThread,
+    NativeTLS,
+    acsylla_driver,
+    configure_native_tls,
+    open_native_session,
+)
+from workbench.clients.cassandra import native_connect_error as connect_error  # noqa: F401 - its old home
 from workbench.concurrency import HasWindow, Window, fixed_depth, make_window, pool_size
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
@@ -48,20 +51,12 @@ from workbench.loaders.cassandra import (
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.retry import RetryPolicy, is_transient
 
-T = TypeVar("T")
 _END = object()
 _THREAD = "cassandra-native-io"
-# acsylla's SSLVerifyFlags lacks the C driver's CASS_SSL_VERIFY_PEER_IDENTITY (IP address in the certificate).
-_VERIFY_NONE, _VERIFY_PEER_CERT, _VERIFY_PEER_IDENTITY, _VERIFY_PEER_IDENTITY_DNS = 0, 1, 2, 4
 
 
 def _acsylla() -> Any:
-    try:
-        import acsylla
-    except ImportError as exc:
-        raise WorkbenchError("the 'cassandra' loader needs the package acsylla (a C++ Cassandra driver): "
-                             "pip install acsylla (or use loader 'cassandra-py')") from exc
-    return acsylla
+    return acsylla_driver("the 'cassandra' loader", "use loader 'cassandra-py'")
 
 
 # --------------------------------------------------------------------------------- errors, retries
@@ -99,49 +94,10 @@ def _where(settings: Settings, config: CassandraConfig) -> str:
     return ", ".join(f"{h}:{port}" for h in hosts)
 
 
-def connect_error(exc: BaseException, where: str, tls: bool, timeout_s: float,
-                  first: tuple[str, int]) -> WorkbenchError:
-    """The Python-driver loader's one-line messages for a failed connect (workbench.clients.cassandra_error).
-
-    A refused login or a TLS mismatch is permanent (no transient cause); "unreachable" keeps the driver's
-    error as its cause, so the retry policy re-tries only that.
-    """
-    errors = _acsylla().errors
-    text = first_line(exc)
-    if isinstance(exc, errors.CassErrorServerBadCredentials):
-        server_says = re.search(r"error response '([^']+)'", text)
-        return chained(CassandraLoginRefused(
-            f"Cassandra at {where} refused the login ({server_says.group(1) if server_says else text}): check "
-            "WORKBENCH_CASSANDRA_USERNAME and WORKBENCH_CASSANDRA_PASSWORD (environment or .env)"), exc)
-    if isinstance(exc, errors.CassErrorSslInvalidPeerCert | errors.CassErrorSslIdentityMismatch
-                  | errors.CassErrorSslNoPeerCert):
-        reason = text.split("Underlying connection error:")[-1].strip()
-        return chained(WorkbenchError(
-            f"cannot verify the TLS certificate of Cassandra at {where} ({reason}): set "
-            f"WORKBENCH_TLS_CA_FILE to the CA that signed it ({STACK_CA_HINT})"), None)
-    if isinstance(exc, errors.CassErrorSourceSsl) and not isinstance(exc, errors.CassErrorSslClosed):
-        return chained(WorkbenchError(
-            f"TLS handshake with Cassandra at {where} failed ({ssl_reason(text)}): the server does not speak "
-            "TLS there; set WORKBENCH_TLS=0 or enable its client_encryption_options"), None)
-    if not tls and "connection refused" not in text and speaks_tls(*first, min(timeout_s, 3.0)):
-        return chained(WorkbenchError(
-            f"Cassandra at {where} accepts TLS connections only ({text}): set WORKBENCH_TLS=1 and "
-            f"WORKBENCH_TLS_CA_FILE to its CA ({STACK_CA_HINT})"), None)
-    return chained(WorkbenchError(
-        f"cannot reach Cassandra at {where}: {text}; is the stack up? (`workbench stack status`)"), exc)
-
-
-def _read_pem(name: str, path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WorkbenchError(f"cannot load {name} {path}: {exc}") from exc
-
-
 # ------------------------------------------------------------------------------------ connection
 
 
-def _configure_tls(cluster: Any, settings: Settings, config: CassandraConfig) -> None:
+def _native_tls(settings: Settings, config: CassandraConfig) -> NativeTLS | None:
     """TLS as the plugin does it: verify the server against `ssl_certificate` when given, else only encrypt.
 
     With use_ssl left unset and settings.tls on: the stack's CA, and the server's address or name
@@ -149,56 +105,29 @@ def _configure_tls(cluster: Any, settings: Settings, config: CassandraConfig) ->
     """
     use_ssl, certificate = tls_of(settings, config)
     if not use_ssl:
-        return
+        return None
     ssl_context(settings, config)  # unreadable or invalid PEM files: the Python loader's messages, naming the file
-    errors = _acsylla().errors
-    flags = _VERIFY_NONE
-    trusted = None
-    if certificate:
-        trusted = _read_pem("ssl_certificate", certificate)
-        flags = _VERIFY_PEER_CERT
-        if config.use_ssl is None:
-            host = endpoints(settings, config)[0][0]
-            try:
-                ipaddress.ip_address(host)
-                flags |= _VERIFY_PEER_IDENTITY
-            except ValueError:
-                flags |= _VERIFY_PEER_IDENTITY_DNS
-                cluster.set_hostname_resolution(True)
-    own_cert = _read_pem("ssl_own_certificate", config.ssl_own_certificate) if config.ssl_own_certificate else None
-    own_key = _read_pem("ssl_own_key", config.ssl_own_key) if config.ssl_own_key else None
-    password = config.ssl_own_key_pass.get_secret_value() if config.ssl_own_key_pass else ""
-    try:
-        cluster.set_ssl(True, own_cert, own_key, password, trusted, flags)
-    except errors.CassErrorSourceSsl as exc:
-        raise WorkbenchError(f"cannot use the TLS files of the Cassandra loader: {first_line(exc)} (ssl_certificate "
-                             f"{certificate}, ssl_own_certificate {config.ssl_own_certificate})") from None
+    return NativeTLS(certificate, check_identity=bool(certificate) and config.use_ssl is None,
+                     own_certificate=config.ssl_own_certificate, own_key=config.ssl_own_key,
+                     own_key_password=config.ssl_own_key_pass.get_secret_value() if config.ssl_own_key_pass else "")
+
+
+def _configure_tls(cluster: Any, settings: Settings, config: CassandraConfig) -> None:
+    configure_native_tls(cluster, _native_tls(settings, config), endpoints(settings, config)[0][0])
 
 
 async def open_session(settings: Settings, config: CassandraConfig) -> Any:
     """A connected session, every timeout settings.timeout_s; failures as one line (connect_error)."""
-    acsylla = _acsylla()
     username, password = config.username, config.password
     if username is None:
         username, password = settings.cassandra_username, settings.cassandra_password
+    login = (username, password.get_secret_value()) if username and password else None
     hosts, port = endpoints(settings, config)
-    cluster = acsylla.create_cluster(
-        hosts, port=port, username=username if username and password else None,
-        password=password.get_secret_value() if username and password else None,
-        connect_timeout=settings.timeout_s, request_timeout=settings.timeout_s, resolve_timeout=settings.timeout_s,
-        protocol_version=PROTOCOL_VERSION, num_threads_io=config.io_threads, core_connections_per_host=1,
+    return await open_native_session(
+        settings, hosts, port, login, _native_tls(settings, config),
+        protocol_version=PROTOCOL_VERSION, num_threads_io=config.io_threads,
         # A restarted server is found again within a second; reads re-tried meanwhile (RetryPolicy) then succeed.
-        constant_reconnect_delay_ms=500,
-        # Reading rows needs neither the schema of every keyspace nor routing by token: faster connects.
-        use_schema=False, token_aware_routing=False, load_balance_round_robin=True,
-        log_level="disabled", application_name="workbench",
-    )
-    _configure_tls(cluster, settings, config)
-    try:
-        return await cluster.create_session()
-    except acsylla.errors.CassException as exc:
-        use_ssl = tls_of(settings, config)[0]
-        raise connect_error(exc, _where(settings, config), use_ssl, settings.timeout_s, (hosts[0], port)) from None
+        constant_reconnect_delay_ms=500)
 
 
 async def prepare(session: Any, layout: Layout, timeout_s: float) -> Any:
@@ -250,34 +179,6 @@ async def list_ids(session: Any, layout: Layout, timeout_s: float) -> list[str]:
     return sorted(ids)
 
 
-class _EventLoop:
-    """An asyncio loop in a daemon thread: coroutines are submitted from other threads and waited on."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self.thread.start()
-
-    def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
-
-    def call(self, coro: Awaitable[T], timeout_s: float) -> T:
-        future = self.submit(coro)
-        try:
-            return future.result(timeout_s)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise TimeoutError(f"no answer from the Cassandra driver within {timeout_s:.0f} s") from None
-
-    def stop(self, timeout_s: float) -> None:
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout_s)
-        if not self.thread.is_alive():
-            self.loop.close()
-
-
 class _Failure:
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
@@ -311,7 +212,7 @@ class CassandraNativeLoader(HasWindow, Loader):
         """Connection state: nothing until the first epoch (loaders travel to DataLoader workers)."""
         self._connect_lock = threading.Lock()
         self._retry_lock = threading.Lock()
-        self._io: _EventLoop | None = None
+        self._io: EventLoopThread | None = None
         self._session: Any = None
         self._statement: Any = None
         self._layout: Layout | None = None
@@ -341,12 +242,12 @@ class CassandraNativeLoader(HasWindow, Loader):
     def _safety_s(self) -> float:
         return 2 * self.settings.timeout_s + 1
 
-    def _connect(self) -> tuple[Layout, _EventLoop]:
+    def _connect(self) -> tuple[Layout, EventLoopThread]:
         with self._connect_lock:
             if self._layout is None:
                 self._layout = resolve_layout(self.settings, self.config)
             if self._io is None:
-                self._io = _EventLoop(f"{_THREAD}-{self.worker_id}")
+                self._io = EventLoopThread(f"{_THREAD}-{self.worker_id}")
             if self._session is None:
                 session = self._io.call(open_session(self.settings, self.config), self._safety_s)
                 try:
@@ -359,7 +260,7 @@ class CassandraNativeLoader(HasWindow, Loader):
                 self._session = session
             return self._layout, self._io
 
-    def _connect_retrying(self) -> tuple[Layout, _EventLoop]:
+    def _connect_retrying(self) -> tuple[Layout, EventLoopThread]:
         return _policy(self.config).call(self._connect, "connecting to Cassandra")
 
     def all_ids(self) -> list[str]:
@@ -381,7 +282,7 @@ class CassandraNativeLoader(HasWindow, Loader):
 
     # ------------------------------------------------------------------------------------ reads
 
-    def _reader(self, layout: Layout, io: _EventLoop) -> Callable[[str], Awaitable[Item]]:
+    def _reader(self, layout: Layout, io: EventLoopThread) -> Callable[[str], Awaitable[Item]]:
         """read(key) on the loop: one prepared SELECT; a transient failure is re-tried with the policy."""
         session, statement = self._session, self._statement
         with_label = layout.label_col is not None
@@ -497,7 +398,7 @@ class CassandraNativeLoader(HasWindow, Loader):
         finally:
             self._stop(io, task)
 
-    def _stop(self, io: _EventLoop, task: asyncio.Task) -> None:
+    def _stop(self, io: EventLoopThread, task: asyncio.Task) -> None:
         """Cancel an epoch's producer and its reads, and wait until they are gone."""
         if task.done() or not io.thread.is_alive():
             return

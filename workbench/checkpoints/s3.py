@@ -18,56 +18,84 @@ Reader: one HEAD for the size and ETag, then ranged GETs of `part_size` each, `p
 in flight, into one buffer of the object's size; reads and seeks (torch.load seeks to the zip's
 central directory first) wait only for the parts they touch. Every range is read with ``If-Match``
 on the ETag, so an object replaced during the read raises instead of mixing two versions.
+
+OSS connector options, as for ``OssCheckpoint(endpoint=..., cred_path=..., config_path=...)``: `endpoint` is
+the S3 endpoint URL used instead of the settings', `cred_path` the connector's JSON credential file (its keys
+replace the settings'), `config_path` its JSON config: ``checkpointConfig.uploadConcurrency`` and
+``prefetchConcurrency`` become the defaults of `upload_concurrency` and `prefetch_concurrency` (arguments
+still win), ``logLevel``/``logPath`` a log file for this module's logger, ``auditPath`` an audit log with a
+line per request (GET of each range, PUT of each part or object). ``checkpointConfig.prefetchWorker`` is
+read (``prefetch_worker``) but changes nothing here: parts are fetched by I/O threads, bounded by the
+prefetch concurrency.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import logging
+import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
-from workbench.storage import MultipartUpload, S3Store, parse_s3_uri
+from workbench.storage import MultipartUpload, Store, parse_s3_uri
+from workbench.storage.oss_access import OssAccess
 
 MIB = 2**20
 MIN_PART = 5 * MIB  # S3's smallest part (except the last)
 MAX_PARTS = 10_000
+DEFAULT_CONCURRENCY = 8
+log = logging.getLogger(__name__)
+Audit = Callable[..., None]  # OssAccess.audit(op, bucket, key, size, detail)
 
 
 class S3Checkpoint:
     """Checkpoint reader and writer file objects on S3 (``s3://bucket/key`` URIs)."""
 
     def __init__(self, settings: Settings | None = None, *, via_proxy: bool = False, part_size: int = 8 * MIB,
-                 upload_concurrency: int = 8, prefetch_concurrency: int = 8) -> None:
+                 upload_concurrency: int | None = None, prefetch_concurrency: int | None = None,
+                 endpoint: str | None = None, cred_path: str | os.PathLike | None = None,
+                 config_path: str | os.PathLike | None = None) -> None:
+        self.settings = settings if settings is not None else Settings()
+        self.access = OssAccess(self.settings, endpoint, cred_path, config_path, via_proxy)
+        self.access.attach_logs(log)
+        config = self.access.config.checkpoint if self.access.config is not None else None
+        if upload_concurrency is None:
+            upload_concurrency = config.upload_concurrency if config else DEFAULT_CONCURRENCY
+        if prefetch_concurrency is None:
+            prefetch_concurrency = config.prefetch_concurrency if config else DEFAULT_CONCURRENCY
+        self.prefetch_worker = config.prefetch_worker if config else None
         if part_size < MIN_PART:
             raise WorkbenchError(f"part_size must be >= {MIN_PART} bytes (S3's minimum part), got {part_size}")
         if upload_concurrency < 1 or prefetch_concurrency < 1:
             raise WorkbenchError("upload_concurrency and prefetch_concurrency must be >= 1")
-        self.settings = settings if settings is not None else Settings()
         self.via_proxy = via_proxy
         self.part_size = part_size
         self.upload_concurrency = upload_concurrency
         self.prefetch_concurrency = prefetch_concurrency
-        self._stores: dict[str, S3Store] = {}
+        self._stores: dict[str, Store] = {}
         self._lock = threading.Lock()
 
-    def _store(self, bucket: str) -> S3Store:
+    def _store(self, bucket: str) -> Store:
         with self._lock:
             if bucket not in self._stores:
                 connections = max(self.upload_concurrency, self.prefetch_concurrency) + 4
-                self._stores[bucket] = S3Store(self.settings, bucket, "", self.via_proxy, connections=connections)
+                self._stores[bucket] = self.access.store(bucket, connections)
             return self._stores[bucket]
 
     def writer(self, uri: str) -> S3CheckpointWriter:
         bucket, key = _object(uri)
-        return S3CheckpointWriter(self._store(bucket), key, self.part_size, self.upload_concurrency)
+        return S3CheckpointWriter(self._store(bucket), key, self.part_size, self.upload_concurrency,
+                                  self.access.audit)
 
     def reader(self, uri: str) -> S3CheckpointReader:
         bucket, key = _object(uri)
-        return S3CheckpointReader(self._store(bucket), key, self.part_size, self.prefetch_concurrency)
+        return S3CheckpointReader(self._store(bucket), key, self.part_size, self.prefetch_concurrency,
+                                  self.access.audit)
 
 
 def _object(uri: str) -> tuple[str, str]:
@@ -80,13 +108,14 @@ def _object(uri: str) -> tuple[str, str]:
 class S3CheckpointWriter(io.RawIOBase):
     """Write-only, non-seekable file whose bytes become one S3 object on `close` (module docstring)."""
 
-    def __init__(self, store: S3Store, key: str, part_size: int, concurrency: int) -> None:
+    def __init__(self, store: Store, key: str, part_size: int, concurrency: int, audit: Audit | None = None) -> None:
         super().__init__()
         self.store = store
         self.key = key
         self.uri = f"s3://{store.bucket}/{key}"
         self.part_size = part_size
         self.concurrency = concurrency
+        self._audit = audit
         self._buffer = bytearray()
         self._position = 0
         self._upload: MultipartUpload | None = None
@@ -129,13 +158,16 @@ class S3CheckpointWriter(io.RawIOBase):
         try:
             if self._upload is None:
                 self.store.put(self.key, bytes(self._buffer))
+                self._audited("PUT", len(self._buffer))
             else:
                 if self._buffer:
                     part, self._buffer = bytes(self._buffer), bytearray()
                     self._submit(part)
                 self._upload.complete([(n, f.result()) for n, f in sorted(self._parts.items())])
             self._finished = True
+            log.info("wrote checkpoint %s: %d bytes in %d part(s)", self.uri, self._position, max(1, len(self._parts)))
         except BaseException:
+            log.error("writing checkpoint %s failed: upload aborted, nothing written", self.uri)
             self.abort()
             raise
         finally:
@@ -187,7 +219,17 @@ class S3CheckpointWriter(io.RawIOBase):
                 break
             wait(running, return_when=FIRST_COMPLETED)
         assert self._pool is not None
-        self._parts[number] = self._pool.submit(self._upload.put_part, number, part)
+        self._parts[number] = self._pool.submit(self._put_part, number, part)
+
+    def _put_part(self, number: int, part: bytes) -> str:
+        assert self._upload is not None
+        tag = self._upload.put_part(number, part)
+        self._audited("PUT", len(part), f"part {number}")
+        return tag
+
+    def _audited(self, op: str, size: int, detail: str = "") -> None:
+        if self._audit is not None:
+            self._audit(op, self.store.bucket, self.key, size, detail)
 
     def _shutdown(self) -> None:
         if self._pool is not None:
@@ -198,10 +240,11 @@ class S3CheckpointWriter(io.RawIOBase):
 class S3CheckpointReader(io.RawIOBase):
     """Read-only, seekable file over one S3 object, fetched by parallel ranged GETs (module docstring)."""
 
-    def __init__(self, store: S3Store, key: str, part_size: int, concurrency: int) -> None:
+    def __init__(self, store: Store, key: str, part_size: int, concurrency: int, audit: Audit | None = None) -> None:
         super().__init__()
         self.store = store
         self.key = key
+        self._audit = audit
         self.uri = f"s3://{store.bucket}/{key}"
         try:
             head = store.head(key)
@@ -210,6 +253,8 @@ class S3CheckpointReader(io.RawIOBase):
                 f"checkpoint {self.uri} does not exist (no such object, or no bucket '{store.bucket}')") from None
         self.size = head.size
         self._etag = head.etag
+        log.info("reading checkpoint %s: %d bytes, %d-byte ranges, %d in flight", self.uri, self.size, part_size,
+                 concurrency)
         self._data = bytearray(self.size)
         self._view = memoryview(self._data)
         self._position = 0
@@ -220,6 +265,8 @@ class S3CheckpointReader(io.RawIOBase):
 
     def _fetch(self, start: int, end: int) -> None:
         self._view[start:end] = self.store.get_range(self.key, start, end, self._etag)
+        if self._audit is not None:
+            self._audit("GET", self.store.bucket, self.key, end - start, f"bytes={start}-{end - 1}")
 
     def _ready(self, start: int, end: int) -> None:
         """Wait for the parts covering [start, end)."""

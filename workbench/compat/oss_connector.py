@@ -19,6 +19,14 @@ OSS connector style (any bucket, any keys; no workbench layout needed)::
 * `ObjectIterableDataset`: keeps `prefetch_concurrency` GETs in flight; splits its objects across
   DataLoader workers (and ranks: ``shard_id``/``num_shards``), optionally shuffled per epoch.
 
+OSS connector options (keyword arguments of every constructor): ``endpoint`` (an S3 endpoint URL used
+instead of the settings'), ``cred_path`` (the connector's JSON credential file: its keys replace the
+settings'), ``config_path`` (the connector's JSON config: ``datasetConfig.prefetchConcurrency`` is the
+default `prefetch_concurrency`, ``logLevel``/``logPath`` a log file for this module's logger, ``auditPath``
+an audit log with one line per GET). Parsing: `workbench.storage.oss_config`; applying:
+`workbench.storage.oss_access`. ``datasetConfig.prefetchWorker`` is read and kept (``prefetch_worker``) but
+changes nothing: GETs are I/O threads here, bounded by the prefetch concurrency alone.
+
 Connections are per process: each DataLoader worker makes its own client on first use (a forked copy
 of the parent's connection pool is never reused). Errors: a missing object raises WorkbenchError naming
 its URI, a missing bucket one naming the bucket.
@@ -27,6 +35,7 @@ its URI, a missing bucket one naming the bucket.
 from __future__ import annotations
 
 import io
+import logging
 import operator
 import os
 import threading
@@ -43,11 +52,14 @@ from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.s3_objects import default_manifest_parser
-from workbench.storage import S3Store, parse_s3_uri
+from workbench.storage import Store, parse_s3_uri
+from workbench.storage.oss_access import OssAccess
 
 __all__ = ["ObjectItem", "ObjectIterableDataset", "ObjectMapDataset", "default_manifest_parser", "parse_s3_uri"]
 
 ManifestParser = Callable[[io.IOBase], Iterable[tuple[str, Any]]]
+DEFAULT_PREFETCH_CONCURRENCY = 24
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,31 +133,43 @@ class _Objects:
     """What both OSS-style datasets share: the object list, per-process clients and a GET pool."""
 
     def __init__(self, refs: Sequence[ObjectRef], settings: Settings | None = None,
-                 transform: Callable[[ObjectItem], Any] | None = None, prefetch_concurrency: int = 24,
-                 via_proxy: bool = False) -> None:
+                 transform: Callable[[ObjectItem], Any] | None = None, prefetch_concurrency: int | None = None,
+                 via_proxy: bool = False, *, endpoint: str | None = None, cred_path: str | os.PathLike | None = None,
+                 config_path: str | os.PathLike | None = None, access: OssAccess | None = None) -> None:
+        self.settings = settings if settings is not None else Settings()
+        self.access = access or OssAccess(self.settings, endpoint, cred_path, config_path, via_proxy)
+        config = self.access.config
+        if prefetch_concurrency is None:
+            prefetch_concurrency = config.dataset.prefetch_concurrency if config else DEFAULT_PREFETCH_CONCURRENCY
         if prefetch_concurrency < 1:
             raise WorkbenchError(f"prefetch_concurrency must be >= 1, got {prefetch_concurrency}")
+        self.prefetch_worker = config.dataset.prefetch_worker if config else None
         self.refs: list[ObjectRef] = list(refs)
-        self.settings = settings if settings is not None else Settings()
         self.transform = transform or _identity
         self.prefetch_concurrency = prefetch_concurrency
         self.via_proxy = via_proxy
         self._reset()
+        log.info("%s of %d objects at %s, %d GETs in flight", type(self).__name__, len(self.refs), self.access.url,
+                 prefetch_concurrency)
 
     # -------------------------------------------------------------------------------- construction
 
     @classmethod
     def from_prefix(cls, uri: str, settings: Settings | None = None, transform: Callable | None = None,
-                    prefetch_concurrency: int = 24, *, via_proxy: bool = False,
-                    key_filter: Callable[[str], bool] | None = None, **options: Any):
+                    prefetch_concurrency: int | None = None, *, via_proxy: bool = False,
+                    key_filter: Callable[[str], bool] | None = None, endpoint: str | None = None,
+                    cred_path: str | os.PathLike | None = None, config_path: str | os.PathLike | None = None,
+                    **options: Any):
         """Every object whose key starts with the URI's key (a raw S3 prefix: end it with '/' for a folder).
 
         One paginated LIST, here in the constructor. `key_filter(key)` keeps only matching keys (it is
         used while listing and not kept, so a lambda is fine with spawned workers). Labels are None.
         """
         settings = settings if settings is not None else Settings()
+        access = OssAccess(settings, endpoint, cred_path, config_path, via_proxy)
+        access.attach_logs(log)
         bucket, prefix = parse_s3_uri(uri)
-        store = _store(settings, bucket, via_proxy, 8)
+        store = access.store(bucket, 8)
         refs = []
         with store.errors(f"listing {uri}"):
             for page in store.client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
@@ -155,11 +179,11 @@ class _Objects:
                         continue
                     refs.append(ObjectRef(bucket, key, obj["Size"]))
         refs.sort(key=lambda r: r.key)
-        return cls(refs, settings, transform, prefetch_concurrency, via_proxy=via_proxy, **options)
+        return cls(refs, settings, transform, prefetch_concurrency, via_proxy=via_proxy, access=access, **options)
 
     @classmethod
     def from_objects(cls, uris: Iterable[str], settings: Settings | None = None, transform: Callable | None = None,
-                     prefetch_concurrency: int = 24, *, via_proxy: bool = False, **options: Any):
+                     prefetch_concurrency: int | None = None, *, via_proxy: bool = False, **options: Any):
         """Exactly these ``s3://bucket/key`` objects, in this order (no request is made here)."""
         refs = []
         for uri in uris:
@@ -172,7 +196,9 @@ class _Objects:
     @classmethod
     def from_manifest_file(cls, manifest_file: str | os.PathLike, manifest_parser: ManifestParser | None,
                            base_uri: str, settings: Settings | None = None, transform: Callable | None = None,
-                           prefetch_concurrency: int = 24, *, via_proxy: bool = False, **options: Any):
+                           prefetch_concurrency: int | None = None, *, via_proxy: bool = False,
+                           endpoint: str | None = None, cred_path: str | os.PathLike | None = None,
+                           config_path: str | os.PathLike | None = None, **options: Any):
         """Objects ``base_uri/key`` for each (key, label) the parser yields from the manifest.
 
         `manifest_file` is a local path or an ``s3://`` URI (read once, here); `manifest_parser(reader)`
@@ -180,17 +206,20 @@ class _Objects:
         `default_manifest_parser`, for ``key [label]`` lines as workbench ingest writes them).
         """
         settings = settings if settings is not None else Settings()
+        access = OssAccess(settings, endpoint, cred_path, config_path, via_proxy)
+        access.attach_logs(log)
         parser = manifest_parser or default_manifest_parser
         base_bucket, base_key = parse_s3_uri(base_uri)
         base = base_key.rstrip("/")
         name = str(manifest_file)
         if name.startswith("s3://"):
             bucket, key = parse_s3_uri(name)
-            store = _store(settings, bucket, via_proxy, 4)
+            store = access.store(bucket, 4)
             try:
                 data, _ = store.get(key)
             except KeyError:
                 raise WorkbenchError(f"manifest {name} does not exist") from None
+            access.audit("GET", bucket, key, len(data))
             reader: io.IOBase = _NamedBytesIO(data, name)
         else:
             path = Path(manifest_file)
@@ -205,13 +234,14 @@ class _Objects:
             raise
         except (ValueError, TypeError, UnicodeDecodeError) as exc:
             raise WorkbenchError(f"manifest {name}: {exc}") from exc
-        return cls(refs, settings, transform, prefetch_concurrency, via_proxy=via_proxy, **options)
+        return cls(refs, settings, transform, prefetch_concurrency, via_proxy=via_proxy, access=access, **options)
 
     # ------------------------------------------------------------------------------------ fetching
 
     def _reset(self) -> None:
         self._pid = os.getpid()
-        self._stores: dict[str, S3Store] = {}
+        self.access.attach_logs(log)  # again in each spawned DataLoader worker
+        self._stores: dict[str, Store] = {}
         self._pool = LazyPool(self.prefetch_concurrency, "s3-dataset-get")
         self._lock = threading.Lock()
 
@@ -229,13 +259,12 @@ class _Objects:
         if self._pid != os.getpid():  # a forked DataLoader worker: own connections and threads
             self._reset()
 
-    def _store_for(self, bucket: str) -> S3Store:
+    def _store_for(self, bucket: str) -> Store:
         self._check_process()
         with self._lock:
             store = self._stores.get(bucket)
             if store is None:
-                store = self._stores[bucket] = _store(self.settings, bucket, self.via_proxy,
-                                                      self.prefetch_concurrency + 4)
+                store = self._stores[bucket] = self.access.store(bucket, self.prefetch_concurrency + 4)
             return store
 
     def _executor(self) -> ThreadPoolExecutor:
@@ -248,7 +277,10 @@ class _Objects:
         try:
             data, meta = store.get(ref.key)
         except KeyError:
+            log.error("object %s does not exist", ref.uri)
             raise WorkbenchError(f"object {ref.uri} does not exist") from None
+        self.access.audit("GET", ref.bucket, ref.key, len(data))
+        log.debug("GET %s: %d bytes", ref.uri, len(data))
         return ObjectItem(ref.bucket, ref.key, data, ref.label, meta)
 
     def _apply(self, item: ObjectItem) -> Any:
@@ -298,10 +330,10 @@ class ObjectIterableDataset(_Objects, IterableDataset):
     """
 
     def __init__(self, refs: Sequence[ObjectRef], settings: Settings | None = None,
-                 transform: Callable[[ObjectItem], Any] | None = None, prefetch_concurrency: int = 24,
+                 transform: Callable[[ObjectItem], Any] | None = None, prefetch_concurrency: int | None = None,
                  via_proxy: bool = False, *, shuffle: bool = False, seed: int = 0, shard_id: int = 0,
-                 num_shards: int = 1) -> None:
-        super().__init__(refs, settings, transform, prefetch_concurrency, via_proxy)
+                 num_shards: int = 1, **access: Any) -> None:
+        super().__init__(refs, settings, transform, prefetch_concurrency, via_proxy, **access)
         effective_shard(shard_id, num_shards)  # rejects bad ranks now
         self.shuffle, self.seed, self.shard_id, self.num_shards = shuffle, seed, shard_id, num_shards
         self.epoch = 0
@@ -329,6 +361,3 @@ class _NamedBytesIO(io.BytesIO):
         super().__init__(data)
         self.name = name
 
-
-def _store(settings: Settings, bucket: str, via_proxy: bool, connections: int) -> S3Store:
-    return S3Store(settings, bucket, "", via_proxy, connections=connections)

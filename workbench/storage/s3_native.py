@@ -9,18 +9,23 @@ errors as the boto3 store (`s3.BotoS3Store`) it extends. obstore does the data p
 (with an etag check), head, list, put (multipart above 8 MiB), delete. boto3 remains where obstore has
 no equivalent: bucket head/create (`bucket_exists`, `ensure_bucket`), presigned GET URLs (`url`, for
 the webdataset peer), the numbered-part `multipart()` upload (checkpoints upload parts out of order
-and abort explicitly; obstore exposes only whole-object multipart puts), and `from_client`, a store
-over a boto3 client the user built (cortx API), which stays on that client for everything.
+and abort explicitly; obstore exposes only whole-object multipart puts), `from_client`, a store
+over a boto3 client the user built (cortx API), which stays on that client for everything, and, outside
+this module, listings by a raw string prefix (OSS connector `from_prefix`: obstore lists whole folders).
 Timeouts: connect and every read of a body use settings.timeout_s, retries stop after 2 or timeout_s.
-With settings.tls the stack's CA is added to the trusted roots (object_store cannot drop the system's).
+With settings.tls the configured CA is the only trusted root, as with boto3 (`_trusting_only`).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -57,15 +62,43 @@ def native_store(settings: Settings, bucket: str, via_proxy: bool = False, conne
     }
     if settings.tls:
         client["root_certificate"] = settings.ca_file().read_text()
-    return ObjectStoreS3(
-        bucket,
-        config={"endpoint": endpoint, "access_key_id": access, "secret_access_key": secret,
-                "region": settings.s3_region, "virtual_hosted_style_request": False},
-        client_options=client,
-        retry_config={"max_retries": 2, "retry_timeout": timeout,
-                      "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=1),
-                                  "base": 2}},
-    )
+    with _trusting_only(settings.ca_file() if settings.tls else None):
+        return ObjectStoreS3(
+            bucket,
+            config={"endpoint": endpoint, "access_key_id": access, "secret_access_key": secret,
+                    "region": settings.s3_region, "virtual_hosted_style_request": False},
+            client_options=client,
+            retry_config={"max_retries": 2, "retry_timeout": timeout,
+                          "backoff": {"init_backoff": timedelta(milliseconds=100),
+                                      "max_backoff": timedelta(seconds=1), "base": 2}},
+        )
+
+
+_ENV_LOCK = threading.Lock()
+
+
+@contextmanager
+def _trusting_only(ca_file: Path | None) -> Iterator[None]:
+    """While the store is built, the system roots object_store loads are `ca_file` alone (None: unchanged).
+
+    Why: object_store reads its roots from SSL_CERT_FILE/SSL_CERT_DIR when the client is built, and the
+    peers point SSL_CERT_FILE at "system + stack CA" for the whole process; like boto3's verify=ca_file,
+    a store with settings.tls must trust the configured CA only (an untrusted CA must fail).
+    """
+    if ca_file is None:
+        yield
+        return
+    with _ENV_LOCK, tempfile.TemporaryDirectory(prefix="wb-no-roots-") as empty:
+        saved = {name: os.environ.get(name) for name in ("SSL_CERT_FILE", "SSL_CERT_DIR")}
+        os.environ["SSL_CERT_FILE"], os.environ["SSL_CERT_DIR"] = str(ca_file), empty
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 class NativeS3Store(BotoS3Store):

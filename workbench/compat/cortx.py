@@ -1,22 +1,33 @@
-"""cortx_pytorch's API: ``make_client`` and ``RemoteDataset``, the fluent pipeline over our s3-shards reader.
+"""cortx_pytorch's API: ``make_client``, ``upload_cv_dataset`` and ``RemoteDataset`` over our s3-shards layout.
 
-    ds = RemoteDataset(settings_or_client, bucket, folder).decode("pil").to_tuple("jpg;png", "cls")
+    client = make_client(url, access_key, secret_key)
+    upload_cv_dataset(torch_ds, client=client, bucket=bucket, base_folder=folder, maxsize=1e8, maxcount=100_000,
+                      workers=8)
+    ds = RemoteDataset(client, bucket, folder).decode("pil").to_tuple("jpg;png", "cls")
     ds = ds.map_tuple(preproc, lambda x: x).batched(64)
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import io
+import multiprocessing
 import os
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 from pydantic import ValidationError
 from torch.utils.data import IterableDataset, get_worker_info
 
+from workbench.concurrency import in_flight
 from workbench.config import Settings
-from workbench.data import META_ENTRIES
+from workbench.data import META_ENTRIES, Sample
 from workbench.errors import WorkbenchError
+from workbench.layouts.common import check_split
+from workbench.layouts.shards import ShardSet
 from workbench.loaders.s3_shards import S3ShardsConfig, S3ShardsLoader
 from workbench.storage import S3Store, s3_client_at
 
@@ -30,6 +41,155 @@ def make_client(url: str, access_key: str, secret_key: str, region: str = "us-ea
     """
     return s3_client_at(url, access_key, secret_key, region=region, timeout_s=timeout_s,
                         max_pool_connections=max_pool_connections, verify=verify)
+
+
+# --------------------------------------------------------------------------- upload_cv_dataset
+
+# Sample ids are uuid5(this, "<split>/<index>"): the same dataset always gives the same ids, keys and shards.
+_IDS = uuid.UUID("6d1f0c4e-29c4-4c1e-9a57-3f1f6cbd7a01")
+_CHUNK = 32  # samples per worker task: small enough to keep both workers busy, big enough to amortise pickling
+_UPLOAD_THREADS = 4
+_FORMATS = {"jpg": "JPEG", "png": "PNG"}
+
+
+@dataclasses.dataclass(frozen=True)
+class UploadSummary:
+    """What one `upload_cv_dataset` call did: samples and bytes uploaded now, samples already there."""
+
+    samples: int
+    bytes: int
+    skipped: int
+    uri: str
+
+
+def sample_id(split: str, index: int) -> uuid.UUID:
+    """The id of dataset item `index` in `split` (its tar key is the id's hex)."""
+    return uuid.uuid5(_IDS, f"{split}/{index}")
+
+
+def encode_image(image: Any, image_format: str = "jpg", quality: int = 95) -> bytes:
+    """One image as JPEG or PNG bytes: a PIL image, an HWC uint8 array, a CHW tensor (float in [0, 1] or uint8),
+    or bytes (taken as already encoded)."""
+    from PIL import Image
+
+    if isinstance(image, bytes | bytearray | memoryview):
+        return bytes(image)
+    if not isinstance(image, Image.Image):
+        if hasattr(image, "detach"):  # a torch tensor
+            from torchvision.transforms.functional import to_pil_image
+
+            image = to_pil_image(image.detach().cpu())
+        else:
+            import numpy as np
+
+            array = np.asarray(image)
+            if array.dtype != np.uint8:
+                raise WorkbenchError(f"cannot encode a {array.dtype} array as an image: give uint8 HWC arrays, "
+                                     "PIL images or CHW tensors")
+            image = Image.fromarray(array)
+    if image_format == "jpg" and image.mode not in ("L", "RGB", "CMYK"):
+        image = image.convert("RGB")
+    out = io.BytesIO()
+    image.save(out, format=_FORMATS[image_format], **({"quality": quality} if image_format == "jpg" else {}))
+    return out.getvalue()
+
+
+def _label(value: Any, index: int) -> int:
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # 0-d tensor or numpy scalar
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WorkbenchError(f"dataset item {index}: label {type(value).__name__} is not a class index (int): "
+                             "upload_cv_dataset stores (image, int label) datasets")
+    return value
+
+
+class _Encoder:
+    """Turns dataset indices into Samples; one per process (the dataset reaches workers once, not per task)."""
+
+    def __init__(self, dataset: Any, split: str, image_format: str, quality: int) -> None:
+        self.dataset, self.split, self.image_format, self.quality = dataset, split, image_format, quality
+
+    def __call__(self, indices: Sequence[int]) -> list[Sample]:
+        samples = []
+        for index in indices:
+            item = self.dataset[index]
+            if not isinstance(item, tuple | list) or len(item) != 2:
+                raise WorkbenchError(f"dataset item {index} is not an (image, label) pair: "
+                                     f"got {type(item).__name__}")
+            data = encode_image(item[0], self.image_format, self.quality)
+            samples.append(Sample(sample_id(self.split, index), f"{index:08d}.{self.image_format}",
+                                  _label(item[1], index), data, self.split))
+        return samples
+
+
+_WORKER_ENCODER: _Encoder | None = None
+
+
+def _start_worker(encoder: _Encoder) -> None:
+    global _WORKER_ENCODER
+    _WORKER_ENCODER = encoder
+
+
+def _encode_in_worker(indices: Sequence[int]) -> list[Sample]:
+    assert _WORKER_ENCODER is not None
+    return _WORKER_ENCODER(indices)
+
+
+def _encoded(encoder: _Encoder, todo: list[int], workers: int) -> Iterator[Sample]:
+    """Samples of `todo`, in index order, encoded by `workers` processes (1: here)."""
+    chunks = [todo[i:i + _CHUNK] for i in range(0, len(todo), _CHUNK)]
+    if workers == 1:
+        for chunk in chunks:
+            yield from encoder(chunk)
+        return
+    with ProcessPoolExecutor(workers, multiprocessing.get_context(), _start_worker, (encoder,)) as pool:
+        def submit(chunk: list[int]) -> Future:
+            return pool.submit(_encode_in_worker, chunk)
+
+        for _, samples in in_flight(chunks, submit, 2 * workers):
+            yield from samples
+
+
+def upload_cv_dataset(ds: Any, client: Any, bucket: str, base_folder: str, maxsize: float = 1e8,
+                      maxcount: int = 100_000, workers: int = 1, *, split: str = "train", image_format: str = "jpg",
+                      quality: int = 95, create_bucket: bool = True, progress: Callable[[int, int], None] | None = None,
+                      ) -> UploadSummary:
+    """cortx_pytorch's ``upload_cv_dataset``: a map-style (image, label) dataset into ``s3://bucket/base_folder/split/``.
+
+    Images are encoded (`encode_image`: JPEG at `quality`, or lossless PNG) by `workers` processes in
+    parallel, in chunks of consecutive indices, and come back in index order; the workbench shard writer
+    (`ShardSet`, the s3-shards layout) packs them into tar shards of at most `maxsize` bytes and `maxcount`
+    samples, uploads them on threads and writes the index `RemoteDataset` reads. Sample ids derive from the
+    index, so the shards are the same for any `workers`, and an upload that is run again (or resumed after a
+    failure) skips the samples already stored: never a duplicate.
+    """
+    if not isinstance(workers, int) or workers < 1:
+        raise WorkbenchError(f"workers must be an integer >= 1, got {workers!r}")
+    if image_format not in _FORMATS:
+        raise WorkbenchError(f"image_format must be one of {', '.join(_FORMATS)}, got {image_format!r}")
+    if maxcount < 1 or maxsize <= 0:
+        raise WorkbenchError(f"maxcount must be >= 1 and maxsize > 0, got maxcount={maxcount} maxsize={maxsize}")
+    check_split(split)
+    try:
+        count = len(ds)
+    except TypeError:
+        raise WorkbenchError(f"upload_cv_dataset needs a map-style dataset (len and [i]), got {type(ds).__name__}"
+                             ) from None
+    store = S3Store.from_client(client, bucket, base_folder.strip("/"))
+    store.ensure_bucket(create_bucket)
+    shards = ShardSet(store, maxsize, maxcount, _UPLOAD_THREADS, "int")
+    stored = shards.stored_ids()
+    todo = [i for i in range(count) if sample_id(split, i) not in stored]
+    done = [0, 0]
+
+    def counted(samples: int, size: int) -> None:
+        done[0] += samples
+        done[1] += size
+        if progress is not None:
+            progress(samples, size)
+
+    shards.write(_encoded(_Encoder(ds, split, image_format, quality), todo, workers), counted)
+    return UploadSummary(done[0], done[1], count - len(todo), f"{store.where}/{split}")
 
 
 # -------------------------------------------------------------------------------- RemoteDataset

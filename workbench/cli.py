@@ -14,6 +14,9 @@ from rich.table import Table
 from workbench.backends import backend_class, make_backend
 from workbench.bench.ingest import ALL_BACKENDS, bench_ingest
 from workbench.bench.loaders import bench_loaders
+from workbench.bench.s3_clients import DEFAULT_DATASET as S3_CLIENTS_DATASET
+from workbench.bench.s3_clients import run as bench_s3_clients
+from workbench.bench.s3_clients import table_lines
 from workbench.bench.sweep import run_sweep
 from workbench.bench.sweep_config import load_sweep_config
 from workbench.catalog import catalog_path
@@ -294,6 +297,18 @@ def bench_loaders_command(
                       str(r.get("window") or ""))
     console.print(table)
     console.print(f"results: {results_dir}")
+
+
+@bench_app.command("s3-clients")
+def bench_s3_clients_command(
+    dataset: Annotated[str, typer.Option(help="an s3-objects dataset (ingest it first)")] = S3_CLIENTS_DATASET,
+    repeats: Annotated[int, typer.Option(min=1)] = 3,
+    concurrency: Annotated[int, typer.Option(min=1, help="GETs in flight")] = 32,
+) -> None:
+    """GETs of one dataset through boto3, obstore and the CRT client, interleaved: samples/s, CPU per sample."""
+
+    console.print("\n".join(table_lines(bench_s3_clients(get_settings(), dataset, repeats, concurrency))),
+                  highlight=False)
 
 
 @app.command("sweep")

@@ -5,7 +5,7 @@ blocking API on threads, which is how the `Store` interface calls it), the AWS C
 s3torchconnector (on threads), and `workbench.storage.S3Store` as it is now. Each repeat runs every
 client once, in turn, so they share the machine's noise; the table gives the median of the repeats.
 CPU is the process's (all threads, native ones included) per sample. Run it again with
-``python -m workbench.bench.s3_clients [dataset] [--repeats N] [--concurrency N]``.
+``workbench bench s3-clients`` or ``python -m workbench.bench.s3_clients [dataset] [--repeats N]``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from workbench.errors import WorkbenchError
 from workbench.storage import S3Store
 from workbench.storage.s3 import BotoS3Store
 
+DEFAULT_DATASET = "synthetic-classification-2000-s0"  # `workbench ingest --source synthetic:2000 -b s3-objects`
 CLIENTS = ("boto3-threads", "obstore-async", "obstore-threads", "crt-threads", "S3Store")
 Reader = Callable[[list[str]], int]  # reads every key (full keys in the bucket), returns bytes read
 
@@ -91,7 +92,7 @@ def crt_reader(settings: Settings, bucket: str, depth: int) -> Reader:
     return _threads(lambda key: len(client.get_object(bucket, key).read()), depth)
 
 
-def run(settings: Settings, dataset: str = "synthetic-classification-2000-s0", repeats: int = 3,
+def run(settings: Settings, dataset: str = DEFAULT_DATASET, repeats: int = 3,
         concurrency: int = 32, clients: tuple[str, ...] = CLIENTS) -> list[dict]:
     """One row per client: median samples/s, MB/s and CPU µs/sample over `repeats` interleaved passes."""
     bucket, keys = dataset_keys(settings, dataset)
@@ -116,7 +117,8 @@ def run(settings: Settings, dataset: str = "synthetic-classification-2000-s0", r
     rows = []
     for name, samples in runs.items():
         rate = statistics.median(len(keys) / wall for wall, _, _ in samples)
-        rows.append({"client": name, "samples": len(keys), "concurrency": concurrency, "repeats": repeats,
+        rows.append({"client": name, "samples": len(keys), "bytes": samples[0][2], "concurrency": concurrency,
+                     "repeats": repeats,
                      "samples_per_s": rate, "rates": [round(len(keys) / w) for w, _, _ in samples],
                      "mb_per_s": statistics.median(total / wall / 1e6 for wall, _, total in samples),
                      "cpu_us_per_sample": statistics.median(cpu / len(keys) * 1e6 for _, cpu, _ in samples)})
@@ -129,16 +131,21 @@ def run(settings: Settings, dataset: str = "synthetic-classification-2000-s0", r
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", nargs="?", default="synthetic-classification-2000-s0")
+    parser.add_argument("dataset", nargs="?", default=DEFAULT_DATASET)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--clients", default=",".join(CLIENTS))
     args = parser.parse_args(argv)
     rows = run(Settings(), args.dataset, args.repeats, args.concurrency, tuple(args.clients.split(",")))
-    print(f"{'client':16} {'samples/s':>10} {'x boto3':>8} {'MB/s':>7} {'CPU us/sample':>14} {'x boto3':>8}  runs")
-    for r in rows:
-        print(f"{r['client']:16} {r['samples_per_s']:10.0f} {r['ratio_to_boto3']:8.2f} {r['mb_per_s']:7.1f} "
-              f"{r['cpu_us_per_sample']:14.0f} {r['cpu_ratio_to_boto3']:8.2f}  {r['rates']}")
+    print("\n".join(table_lines(rows)))
+
+
+def table_lines(rows: list[dict]) -> list[str]:
+    """The rows of `run` as a plain-text table (rates of every repeat at the end)."""
+    lines = [f"{'client':16} {'samples/s':>10} {'x boto3':>8} {'MB/s':>7} {'CPU us/sample':>14} {'x boto3':>8}  runs"]
+    lines += [f"{r['client']:16} {r['samples_per_s']:10.0f} {r['ratio_to_boto3']:8.2f} {r['mb_per_s']:7.1f} "
+              f"{r['cpu_us_per_sample']:14.0f} {r['cpu_ratio_to_boto3']:8.2f}  {r['rates']}" for r in rows]
+    return lines
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """S3 on obstore (Rust object_store): requests, signing, TLS and body reads run outside the GIL.
 
 Why: with boto3 each GET costs a few ms of Python CPU, so on a small machine the loaders measured the
-client, not the storage (`workbench/bench/s3_clients.py`: obstore reads the same objects at several
-times boto3's rate for a fraction of its CPU per sample; the table is in the README).
+client, not the storage (`workbench/bench/s3_clients.py`, same objects, same run: obstore 1.4-2x boto3's
+rate at 0.2-0.25x its client CPU per object, the CRT client 0.3x; the table is in the README).
 
 `NativeS3Store` is `workbench.storage.S3Store`: same constructor, same behaviour and the same one-line
 errors as the boto3 store (`s3.BotoS3Store`) it extends. obstore does the data path: get, ranged get
@@ -11,7 +11,8 @@ no equivalent: bucket head/create (`bucket_exists`, `ensure_bucket`), presigned 
 the webdataset peer), the numbered-part `multipart()` upload (checkpoints upload parts out of order
 and abort explicitly; obstore exposes only whole-object multipart puts), `from_client`, a store
 over a boto3 client the user built (cortx API), which stays on that client for everything, and, outside
-this module, listings by a raw string prefix (OSS connector `from_prefix`: obstore lists whole folders).
+this module, listings by a raw string prefix (OSS connector `from_prefix`: obstore lists whole folders),
+the stack's health probe (`s3_client`) and the boto3 "Python ceiling" loop (`loaders.s3_objects.raw_ceiling`).
 Timeouts: connect and every read of a body use settings.timeout_s, retries stop after 2 or timeout_s.
 With settings.tls the configured CA is the only trusted root, as with boto3 (`_trusting_only`).
 """

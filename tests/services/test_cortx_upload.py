@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from workbench.compat.cortx import RemoteDataset, encode_image, make_client, sample_id, upload_cv_dataset
+from workbench.compat.cortx import RemoteDataset, make_client, upload_cv_dataset, upload_source
 from workbench.errors import WorkbenchError
 
 pytestmark = [pytest.mark.services]
@@ -39,14 +39,18 @@ def client(stack):
     return make_client(stack.s3_endpoint(), access, secret)
 
 
+def _delete(client, bucket, prefix=""):
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:
+            client.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+
+
 @pytest.fixture(scope="module")
 def bucket(client):
     name = f"wbt-cortx-{uuid.uuid4().hex[:10]}"
     yield name  # upload_cv_dataset creates it
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=name):
-        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-        if keys:
-            client.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
+    _delete(client, name)
     client.delete_bucket(Bucket=name)
 
 
@@ -63,7 +67,7 @@ def test_upload_then_remote_dataset_reads_exact_samples(client, bucket):
     assert (summary.samples, summary.skipped) == (100, 0)
     read = list(RemoteDataset(client, bucket, "noise/png").decode("rgb8").to_tuple("__key__", "png", "cls"))
     assert len(read) == 100 and len({key for key, _, _ in read}) == 100  # no duplicates
-    by_key = {sample_id("train", i).hex: i for i in range(100)}
+    by_key = {s.id.hex: i for i, s in enumerate(upload_source(ds, "noise/png", "png"))}
     for key, pixels, label in read:
         image, expected_label = ds[by_key[key]]
         assert np.array_equal(pixels, np.asarray(image)) and label == int(expected_label)
@@ -72,37 +76,41 @@ def test_upload_then_remote_dataset_reads_exact_samples(client, bucket):
 
 def test_shards_do_not_depend_on_workers_and_rerun_adds_nothing(client, bucket):
     ds = Noise(70)
-    for folder, workers in (("det/one", 1), ("det/two", 2)):
-        upload_cv_dataset(ds, client=client, bucket=bucket, base_folder=folder, maxsize=30_000, maxcount=1000,
-                          workers=workers)
-    one, two = _shards(client, bucket, "det/one"), _shards(client, bucket, "det/two")
+    upload_cv_dataset(ds, client=client, bucket=bucket, base_folder="det/two", maxsize=30_000, maxcount=1000,
+                      workers=1)
+    one = _shards(client, bucket, "det/two")
+    _delete(client, bucket, "det/two/")
+    upload_cv_dataset(ds, client=client, bucket=bucket, base_folder="det/two", maxsize=30_000, maxcount=1000,
+                      workers=2)
+    two = _shards(client, bucket, "det/two")
     assert len(one) > 1 and one == two  # maxsize cuts several shards, byte for byte the same
     again = upload_cv_dataset(ds, client=client, bucket=bucket, base_folder="det/two", maxcount=1000, workers=2)
     assert (again.samples, again.skipped) == (0, 70) and _shards(client, bucket, "det/two") == two
-    read = list(RemoteDataset(client, bucket, "det/two").to_tuple("jpg", "cls"))
-    first = dict(zip([sample_id("train", i).hex for i in range(70)], range(70), strict=True))
-    assert sorted(jpg for jpg, _ in read) == sorted(encode_image(ds[i][0]) for i in first.values())
+    read = list(RemoteDataset(client, bucket, "det/two").to_tuple("__key__", "jpg", "cls"))
+    expected = {s.id.hex: (s.data, s.label) for s in upload_source(ds, "det/two")}
+    assert {key: (jpg, int(label)) for key, jpg, label in read} == expected and len(read) == 70
 
 
 def test_bad_inputs_are_one_line(client, bucket):
     with pytest.raises(WorkbenchError, match="workers must be an integer >= 1"):
         upload_cv_dataset(Noise(2), client=client, bucket=bucket, base_folder="x", workers=0)
-    with pytest.raises(WorkbenchError, match="not a class index"):
+    with pytest.raises(WorkbenchError, match=r"dataset item 0: unsupported label .cat.: expected int, bytes or None"):
         upload_cv_dataset([(Image.new("RGB", (4, 4)), "cat")], client=client, bucket=bucket, base_folder="bad",
                           workers=2)
     with pytest.raises(WorkbenchError, match="map-style dataset"):
         upload_cv_dataset(iter([]), client=client, bucket=bucket, base_folder="x")
 
 
-def test_encode_image_kinds():
+def test_tensor_array_and_pil_images_encode_alike():
     array = np.random.default_rng(0).integers(0, 256, (5, 6, 3), dtype=np.uint8)
-    from_tensor = encode_image(torch.from_numpy(array).permute(2, 0, 1), "png")
-    assert np.array_equal(np.asarray(Image.open(io.BytesIO(from_tensor))), array)
-    assert encode_image(array, "png") == encode_image(Image.fromarray(array), "png") == from_tensor
-    assert encode_image(b"raw") == b"raw"
-    assert encode_image(Image.new("RGBA", (3, 3))).startswith(b"\xff\xd8")  # JPEG without alpha
-    with pytest.raises(WorkbenchError, match="float64 array"):
-        encode_image(np.zeros((2, 2)))
+    items = [(torch.from_numpy(array).permute(2, 0, 1), 1), (array, 1), (Image.fromarray(array), 1)]
+    samples = list(upload_source(items, "kinds", "png"))
+    assert samples[0].data == samples[1].data == samples[2].data
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(samples[0].data))), array)
+    assert [s.id for s in samples] == [s.id for s in upload_source(items, "kinds", "png")]  # same ids every time
+    assert samples[0].id != next(iter(upload_source(items, "other", "png"))).id
+    with pytest.raises(WorkbenchError, match="image_format must be one of jpg, png"):
+        upload_source(items, "kinds", "gif")
 
 
 @pytest.mark.slow

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import io
 import multiprocessing
 import os
 import uuid
@@ -24,8 +23,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from workbench.concurrency import in_flight
 from workbench.config import Settings
-from workbench.data import META_ENTRIES, Sample
-from workbench.errors import WorkbenchError
+from workbench.data import META_ENTRIES, Sample, TorchDatasetSource
+from workbench.errors import WorkbenchError, first_line
 from workbench.layouts.common import check_split
 from workbench.layouts.shards import ShardSet
 from workbench.loaders.s3_shards import S3ShardsConfig, S3ShardsLoader
@@ -45,9 +44,7 @@ def make_client(url: str, access_key: str, secret_key: str, region: str = "us-ea
 
 # --------------------------------------------------------------------------- upload_cv_dataset
 
-# Sample ids are uuid5(this, "<split>/<index>"): the same dataset always gives the same ids, keys and shards.
-_IDS = uuid.UUID("6d1f0c4e-29c4-4c1e-9a57-3f1f6cbd7a01")
-_CHUNK = 32  # samples per worker task: small enough to keep both workers busy, big enough to amortise pickling
+_CHUNK = 32  # items per worker task: small enough to keep every worker busy, big enough to amortise pickling
 _UPLOAD_THREADS = 4
 _FORMATS = {"jpg": "JPEG", "png": "PNG"}
 
@@ -62,63 +59,51 @@ class UploadSummary:
     uri: str
 
 
-def sample_id(split: str, index: int) -> uuid.UUID:
-    """The id of dataset item `index` in `split` (its tar key is the id's hex)."""
-    return uuid.uuid5(_IDS, f"{split}/{index}")
+class _PilImages:
+    """The dataset with CHW tensor images as PIL images (the source encodes PIL images, arrays and bytes)."""
 
+    def __init__(self, ds: Any) -> None:
+        self.ds = ds
+        self.classes = getattr(ds, "classes", None)
 
-def encode_image(image: Any, image_format: str = "jpg", quality: int = 95) -> bytes:
-    """One image as JPEG or PNG bytes: a PIL image, an HWC uint8 array, a CHW tensor (float in [0, 1] or uint8),
-    or bytes (taken as already encoded)."""
-    from PIL import Image
+    def __len__(self) -> int:
+        return len(self.ds)
 
-    if isinstance(image, bytes | bytearray | memoryview):
-        return bytes(image)
-    if not isinstance(image, Image.Image):
-        if hasattr(image, "detach"):  # a torch tensor
+    def __getitem__(self, index: int) -> Any:
+        item = self.ds[index]
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise WorkbenchError(f"dataset item {index} is not an (image, label) pair: got {type(item).__name__}")
+        image, label = item
+        if hasattr(image, "detach"):  # a torch tensor (CHW, float in [0, 1] or uint8)
             from torchvision.transforms.functional import to_pil_image
 
             image = to_pil_image(image.detach().cpu())
-        else:
-            import numpy as np
-
-            array = np.asarray(image)
-            if array.dtype != np.uint8:
-                raise WorkbenchError(f"cannot encode a {array.dtype} array as an image: give uint8 HWC arrays, "
-                                     "PIL images or CHW tensors")
-            image = Image.fromarray(array)
-    if image_format == "jpg" and image.mode not in ("L", "RGB", "CMYK"):
-        image = image.convert("RGB")
-    out = io.BytesIO()
-    image.save(out, format=_FORMATS[image_format], **({"quality": quality} if image_format == "jpg" else {}))
-    return out.getvalue()
+        return image, label
 
 
-def _label(value: Any, index: int) -> int:
-    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # 0-d tensor or numpy scalar
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise WorkbenchError(f"dataset item {index}: label {type(value).__name__} is not a class index (int): "
-                             "upload_cv_dataset stores (image, int label) datasets")
-    return value
+def upload_source(ds: Any, base_folder: str, image_format: str = "jpg", split: str = "train") -> TorchDatasetSource:
+    """The samples `upload_cv_dataset` stores for `ds`: ids (and so tar keys) from the folder and the item index."""
+    if image_format not in _FORMATS:
+        raise WorkbenchError(f"image_format must be one of {', '.join(_FORMATS)}, got {image_format!r}")
+    return TorchDatasetSource(_PilImages(ds), base_folder.strip("/"), image_format=_FORMATS[image_format],  # type: ignore[arg-type]
+                              split=check_split(split))
 
 
 class _Encoder:
-    """Turns dataset indices into Samples; one per process (the dataset reaches workers once, not per task)."""
+    """Encodes runs of indices into Samples, leaving out stored ids; one per process (sent once, not per task)."""
 
-    def __init__(self, dataset: Any, split: str, image_format: str, quality: int) -> None:
-        self.dataset, self.split, self.image_format, self.quality = dataset, split, image_format, quality
+    def __init__(self, source: TorchDatasetSource, stored: set[uuid.UUID]) -> None:
+        self.source, self.stored = source, stored
 
     def __call__(self, indices: Sequence[int]) -> list[Sample]:
         samples = []
         for index in indices:
-            item = self.dataset[index]
-            if not isinstance(item, tuple | list) or len(item) != 2:
-                raise WorkbenchError(f"dataset item {index} is not an (image, label) pair: "
-                                     f"got {type(item).__name__}")
-            data = encode_image(item[0], self.image_format, self.quality)
-            samples.append(Sample(sample_id(self.split, index), f"{index:08d}.{self.image_format}",
-                                  _label(item[1], index), data, self.split))
+            try:
+                sample = self.source.sample(index)
+            except (TypeError, ValueError) as exc:  # a label or image the source cannot store
+                raise WorkbenchError(f"dataset item {index}: {first_line(exc)}") from None
+            if sample.id not in self.stored:
+                samples.append(sample)
         return samples
 
 
@@ -135,15 +120,15 @@ def _encode_in_worker(indices: Sequence[int]) -> list[Sample]:
     return _WORKER_ENCODER(indices)
 
 
-def _encoded(encoder: _Encoder, todo: list[int], workers: int) -> Iterator[Sample]:
-    """Samples of `todo`, in index order, encoded by `workers` processes (1: here)."""
-    chunks = [todo[i:i + _CHUNK] for i in range(0, len(todo), _CHUNK)]
+def _encoded(encoder: _Encoder, count: int, workers: int) -> Iterator[Sample]:
+    """The samples of items 0..count-1, in index order, encoded by `workers` processes (1: here)."""
+    chunks = [range(i, min(i + _CHUNK, count)) for i in range(0, count, _CHUNK)]
     if workers == 1:
         for chunk in chunks:
             yield from encoder(chunk)
         return
     with ProcessPoolExecutor(workers, multiprocessing.get_context(), _start_worker, (encoder,)) as pool:
-        def submit(chunk: list[int]) -> Future:
+        def submit(chunk: range) -> Future:
             return pool.submit(_encode_in_worker, chunk)
 
         for _, samples in in_flight(chunks, submit, 2 * workers):
@@ -152,34 +137,31 @@ def _encoded(encoder: _Encoder, todo: list[int], workers: int) -> Iterator[Sampl
 
 def upload_cv_dataset(ds: Any, client: Any, bucket: str, base_folder: str, maxsize: float = 1e8,
                       maxcount: int = 100_000, workers: int = 1, *, split: str = "train", image_format: str = "jpg",
-                      quality: int = 95, create_bucket: bool = True, progress: Callable[[int, int], None] | None = None,
+                      create_bucket: bool = True, progress: Callable[[int, int], None] | None = None,
                       ) -> UploadSummary:
     """cortx_pytorch's ``upload_cv_dataset``: a map-style (image, label) dataset into ``s3://bucket/base_folder/split/``.
 
-    Images are encoded (`encode_image`: JPEG at `quality`, or lossless PNG) by `workers` processes in
-    parallel, in chunks of consecutive indices, and come back in index order; the workbench shard writer
+    `workers` processes encode the items (`TorchDatasetSource`, as ``workbench ingest`` does: JPEG, or
+    lossless PNG with ``image_format="png"``; PIL images, uint8 arrays, CHW tensors or encoded bytes; int or
+    bytes labels) in runs of consecutive indices, which come back in index order; the workbench shard writer
     (`ShardSet`, the s3-shards layout) packs them into tar shards of at most `maxsize` bytes and `maxcount`
     samples, uploads them on threads and writes the index `RemoteDataset` reads. Sample ids derive from the
-    index, so the shards are the same for any `workers`, and an upload that is run again (or resumed after a
-    failure) skips the samples already stored: never a duplicate.
+    folder and the index (`upload_source`), so the shards are the same for any `workers`, and an upload run
+    again (or resumed after a failure) leaves out the samples already stored: never a duplicate.
+    Packing stays in this process: the writer numbers shards and writes their records and index in one place.
     """
     if not isinstance(workers, int) or workers < 1:
         raise WorkbenchError(f"workers must be an integer >= 1, got {workers!r}")
-    if image_format not in _FORMATS:
-        raise WorkbenchError(f"image_format must be one of {', '.join(_FORMATS)}, got {image_format!r}")
     if maxcount < 1 or maxsize <= 0:
         raise WorkbenchError(f"maxcount must be >= 1 and maxsize > 0, got maxcount={maxcount} maxsize={maxsize}")
-    check_split(split)
-    try:
-        count = len(ds)
-    except TypeError:
-        raise WorkbenchError(f"upload_cv_dataset needs a map-style dataset (len and [i]), got {type(ds).__name__}"
-                             ) from None
+    if not hasattr(ds, "__len__") or not hasattr(ds, "__getitem__"):
+        raise WorkbenchError(f"upload_cv_dataset needs a map-style dataset (len and [i]), got {type(ds).__name__}")
+    source = upload_source(ds, base_folder, image_format, split)
+    count = len(source)
     store = S3Store.from_client(client, bucket, base_folder.strip("/"))
     store.ensure_bucket(create_bucket)
-    shards = ShardSet(store, maxsize, maxcount, _UPLOAD_THREADS, "int")
+    shards = ShardSet(store, maxsize, maxcount, _UPLOAD_THREADS, "any")
     stored = shards.stored_ids()
-    todo = [i for i in range(count) if sample_id(split, i) not in stored]
     done = [0, 0]
 
     def counted(samples: int, size: int) -> None:
@@ -188,8 +170,8 @@ def upload_cv_dataset(ds: Any, client: Any, bucket: str, base_folder: str, maxsi
         if progress is not None:
             progress(samples, size)
 
-    shards.write(_encoded(_Encoder(ds, split, image_format, quality), todo, workers), counted)
-    return UploadSummary(done[0], done[1], count - len(todo), f"{store.where}/{split}")
+    shards.write(_encoded(_Encoder(source, stored), count, workers), counted)
+    return UploadSummary(done[0], done[1], count - done[0], f"{store.where}/{split}")
 
 
 # -------------------------------------------------------------------------------- RemoteDataset

@@ -18,7 +18,10 @@ DIGITS_CLASSES = 10
 def scramble_labels(make_epoch: Callable[[int], Iterable[tuple]], seed: int = 0) -> Callable[[int], Iterator[tuple]]:
     """`make_epoch` whose batches keep their images but get their labels permuted within the batch.
 
-    The class balance of every batch is unchanged; only which image carries which label is lost.
+    The class balance of every batch is unchanged; only which image carries which label is lost. The
+    permutation is a derangement (every image gets another image's label): a plain permutation leaves
+    each image its own label with probability 1/batch, and that bias alone trains a model well above
+    chance (33 % on the digits in 150 steps, measured), which would hide a scrambling bug.
     """
 
     def epoch(e: int) -> Iterator[tuple]:
@@ -26,10 +29,21 @@ def scramble_labels(make_epoch: Callable[[int], Iterable[tuple]], seed: int = 0)
 
         generator = torch.Generator().manual_seed(seed * 1_000_003 + e)
         for images, labels in make_epoch(e):
-            order = torch.randperm(len(labels), generator=generator).to(labels.device)
-            yield images, labels[order]
+            yield images, labels[derangement(len(labels), generator).to(labels.device)]
 
     return epoch
+
+
+def derangement(n: int, generator) -> Any:
+    """A random permutation of range(n) without fixed points (n >= 2): a random cycle order, each to the next."""
+    import torch
+
+    if n < 2:
+        return torch.arange(n)
+    cycle = torch.randperm(n, generator=generator)
+    order = torch.empty(n, dtype=torch.long)
+    order[cycle] = cycle.roll(-1)
+    return order
 
 
 def classify_epoch(predict: Callable[[Any], Any], batches: Iterable[tuple]) -> tuple[int, int]:

@@ -80,38 +80,47 @@ class FixedWindow:
 
 
 class AutoWindow:
-    """A window that sizes itself: probe geometrically while the completion rate rises, then settle.
+    """A window that sizes itself: widen geometrically while that still raises the rate, then settle.
 
     Why: the depth that hides a network's latency is rate x latency (Little's law), and neither is known
-    before reading. Starting at `start`, each interval of at least `depth` completions (and `min_interval_s`)
-    gives a rate; while a wider window raised the rate by more than `min_gain`, the window grows by
-    `growth` (up to `cap`, and never past the keys left to read). After `patience` intervals without such a
-    gain it settles on the narrowest depth that reached the best rate, but never below best rate x the
-    shortest latency seen (what the round trip alone requires). A settled window stays for later epochs.
-    Thread-safe; `clock` is injectable so the logic is tested on simulated time.
+    before reading. From `start`, each interval of at least `depth` completions (and `min_interval_s`) of
+    requests sent at the current depth gives a rate and the mean latency of its requests. The window grows
+    by `growth` (up to `cap`, never past the keys left) while it is full (rate x latency >= `min_fill` x
+    depth: else the submitter, not the window, limits the rate) and its requests do not queue (mean
+    latency <= `latency_bound` x the base latency, the lowest interval mean seen: wider means
+    proportionally faster, whatever the noise in the rate), or while a wider window raised the rate by
+    more than `min_gain` with latency still below `max_queueing` x the base. After `patience` intervals
+    that do neither it settles on the narrowest depth that reached the best rate, never below best rate
+    x base latency (what the round trip alone requires). A settled window stays for later epochs.
+    Thread-safe; `clock` is injectable so the logic runs on simulated time.
     """
 
     def __init__(self, start: int = AUTO_START, cap: int = AUTO_CAP, growth: float = 2.0, min_gain: float = 0.05,
-                 patience: int = 2, min_interval_s: float = 0.02, clock: Callable[[], float] = time.perf_counter
-                 ) -> None:
+                 patience: int = 2, min_interval_s: float = 0.02, latency_bound: float = 1.5,
+                 max_queueing: float = 3.0, min_fill: float = 0.75,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         if not 1 <= start <= cap:
             raise ValueError(f"need 1 <= start <= cap, got start {start}, cap {cap}")
         if growth <= 1:
             raise ValueError(f"growth must be > 1, got {growth}")
         self.start, self.cap, self.growth, self.min_gain = start, cap, growth, min_gain
         self.patience, self.min_interval_s, self.clock = patience, min_interval_s, clock
+        self.latency_bound, self.max_queueing, self.min_fill = latency_bound, max_queueing, min_fill
         self._lock = threading.Lock()
         self._depth = start
         self._history = [start]
         self.settled = False
         self.best_rate = 0.0  # completions/s at best_depth
         self.best_depth = start
-        self.min_latency_s = math.inf
+        self.base_latency_s = math.inf  # the lowest mean latency of an interval: the round trip plus service
         self._strikes = 0
         self._total: int | None = None
         self._submitted = 0
-        self._t0: float | None = None  # start of the measuring interval
+        self._t0: float | None = None  # start of the measuring interval: its first completion
+        self._changed_at = -math.inf  # requests sent before the last change belong to the old depth
         self._count = 0  # completions in it
+        self._latency_sum = 0.0  # their latencies
+        self.measured: list[tuple[int, float, float]] = []  # (depth, completions/s, mean latency ms) per interval
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -135,43 +144,54 @@ class AutoWindow:
         """A new run of `total` requests (None: unknown) starts now; a settled depth is kept."""
         with self._lock:
             self._total, self._submitted = total, 0
-            self._t0, self._count, self._strikes = None, 0, 0
+            self._t0, self._count, self._latency_sum, self._strikes = None, 0, 0.0, 0
+            self._changed_at = -math.inf
 
     def started(self) -> float:
         """Call when a request is submitted; pass what it returns to `finished`."""
         now = self.clock()
         with self._lock:
             self._submitted += 1
-            if self._t0 is None:
-                self._t0 = now
         return now
 
     def finished(self, started_at: float) -> None:
         """Call when a request completes (from any thread)."""
         now = self.clock()
         with self._lock:
-            self.min_latency_s = min(self.min_latency_s, now - started_at)
-            if self.settled or self._t0 is None:
+            if self.settled or started_at < self._changed_at:
                 return
+            if self._t0 is None:
+                self._t0 = now
             self._count += 1
+            self._latency_sum += now - started_at
             remaining = None if self._total is None else self._total - self._submitted
             if remaining is not None and remaining <= 0:  # the tail drains: its rates say nothing
                 return
             elapsed = now - self._t0
             if self._count < self._depth or elapsed < self.min_interval_s:
                 return
-            self._decide(self._count / elapsed, remaining)
-            self._t0, self._count = now, 0
+            depth = self._depth
+            self._decide(self._count / elapsed, self._latency_sum / self._count, remaining)
+            self._t0, self._count, self._latency_sum = (now if self._depth == depth else None), 0, 0.0
+            if self._depth != depth:
+                self._changed_at = now
 
-    def _decide(self, rate: float, remaining: int | None) -> None:
-        if rate > self.best_rate * (1 + self.min_gain):
-            self.best_rate, self.best_depth, self._strikes = rate, self._depth, 0
+    def _decide(self, rate: float, latency_s: float, remaining: int | None) -> None:
+        self.measured.append((self._depth, round(rate, 1), round(latency_s * 1000, 2)))
+        self.base_latency_s = min(self.base_latency_s, latency_s)
+        queueing = latency_s / self.base_latency_s if self.base_latency_s > 0 else math.inf
+        full = rate * latency_s >= self.min_fill * self._depth  # Little's law: what was really in flight
+        gained = rate > self.best_rate * (1 + self.min_gain)
+        if rate > self.best_rate:
+            self.best_rate, self.best_depth = rate, self._depth
+        if full and (queueing <= self.latency_bound or (gained and queueing <= self.max_queueing)):
+            self._strikes = 0
             wider = min(self.cap, math.ceil(self._depth * self.growth))
             if remaining is not None:
                 wider = min(wider, max(self._depth, remaining))
             if wider > self._depth:
                 self._set(wider)
-            elif wider >= self.cap:
+            elif self._depth >= self.cap:
                 self._settle()
             return
         self._strikes += 1
@@ -179,7 +199,7 @@ class AutoWindow:
             self._settle()
 
     def _settle(self) -> None:
-        required = math.ceil(self.best_rate * self.min_latency_s) if math.isfinite(self.min_latency_s) else 1
+        required = math.ceil(self.best_rate * self.base_latency_s) if math.isfinite(self.base_latency_s) else 1
         self._set(max(self.best_depth, min(self.cap, required)))
         self.settled = True
 

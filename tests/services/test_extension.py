@@ -22,6 +22,7 @@ from workbench.backends import BACKENDS, Backend, StoredSample, make_backend, re
 from workbench.bench.loaders import bench_loaders
 from workbench.bench.sweep import run_sweep
 from workbench.bench.sweep_config import load_sweep_config
+from workbench.concurrency import fixed_depth
 from workbench.config import Settings
 from workbench.data import Progress, Sample, SyntheticSource
 from workbench.errors import WorkbenchError
@@ -87,7 +88,7 @@ class JarLoader(Loader):
         def read(meta: Path) -> Item:
             return Item(meta.stem, json.loads(meta.read_text())["label"], meta.with_suffix(".bin").read_bytes())
 
-        with ThreadPoolExecutor(self.config.concurrency) as pool:
+        with ThreadPoolExecutor(fixed_depth(self.config.concurrency)) as pool:  # "auto": a fixed loop's depth
             yield from pool.map(read, self._ids())
 
     @classmethod

@@ -2,6 +2,7 @@
 
 import heapq
 import pickle
+import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,8 +20,13 @@ class Clock:
         return self.now
 
 
-def simulate(latency_s: float, service_s: float, requests: int = 5000, **options) -> AutoWindow:
-    """Drive an AutoWindow like `in_flight` does: one server (FIFO, `service_s` per request) behind `latency_s`."""
+def simulate(latency_s: float, service_s: float, requests: int = 5000, jitter: float = 0.0,
+             **options) -> AutoWindow:
+    """Drive an AutoWindow like `in_flight` does: one server (FIFO, `service_s` per request) behind `latency_s`.
+
+    `jitter`: each service time is drawn uniformly within +-jitter of `service_s` (a shared, noisy CPU).
+    """
+    noise = random.Random(1)
     clock = Clock()
     window = AutoWindow(clock=clock, **options)
     window.begin(requests)
@@ -30,7 +36,8 @@ def simulate(latency_s: float, service_s: float, requests: int = 5000, **options
     while submitted < requests or pending:
         while submitted < requests and len(pending) < window.depth:
             started = window.started()
-            server_free = max(server_free, clock.now + latency_s / 2) + service_s  # queue at the server
+            served = service_s * (1 + noise.uniform(-jitter, jitter))
+            server_free = max(server_free, clock.now + latency_s / 2) + served  # queue at the server
             heapq.heappush(pending, (server_free + latency_s / 2, submitted, started))
             submitted += 1
         done, _, started = heapq.heappop(pending)
@@ -55,6 +62,13 @@ def test_it_stops_growing_when_the_rate_plateaus():
     assert window.best_rate == pytest.approx(1000, rel=0.1)
 
 
+def test_a_noisy_rate_does_not_widen_a_window_whose_requests_queue():
+    """No network latency, a busy server with +-60 % noise: rates jump around, latencies say it is saturated."""
+    for seed in range(5):
+        window = simulate(latency_s=0.0, service_s=0.001, jitter=0.6, requests=3000 + seed)
+        assert window.settled and window.depth <= 8, window.measured
+
+
 def test_it_never_exceeds_the_cap_nor_the_keys_left():
     unbounded = simulate(latency_s=0.5, service_s=0.00001, cap=64)  # would want 50,000 in flight
     assert unbounded.depth == 64 and max(unbounded.history) == 64
@@ -64,7 +78,7 @@ def test_it_never_exceeds_the_cap_nor_the_keys_left():
 
 def test_it_never_settles_below_what_the_latency_requires():
     window = simulate(latency_s=0.05, service_s=0.001, growth=3.0)
-    assert window.depth >= window.best_rate * window.min_latency_s
+    assert window.depth >= window.best_rate * window.base_latency_s
 
 
 def test_a_settled_window_is_kept_for_the_next_epoch_and_pickles():

@@ -1,0 +1,77 @@
+"""concurrency="auto" against the real servers: 50 ms of round trip (toxiproxy) opens a wider window than 0 ms.
+
+Asserted on the window the loaders and `bench loaders` record, never on a timing bound.
+"""
+
+import pytest
+
+from workbench.backends import backend_class, make_backend
+from workbench.bench.loaders import bench_loaders
+from workbench.data import SyntheticSource
+from workbench.ingest import ingest
+from workbench.loaders import make_loader
+from workbench.net.toxiproxy import Toxiproxy
+
+pytestmark = pytest.mark.services
+
+COUNT = 600
+
+
+@pytest.fixture(scope="module")
+def dataset(stack):
+    import uuid
+
+    name = f"auto_{uuid.uuid4().hex[:8]}"
+    source = SyntheticSource(COUNT, mean_kb=8, seed=5)
+    backends = [make_backend(b, stack, name) for b in ("s3-objects", "cassandra")]
+    for backend in backends:
+        ingest(source, backend, progress=False, check_images=False)
+    yield name, sorted(str(s.id) for s in source if s.split == "train")
+    for backend in backends:
+        backend.drop()
+
+
+def _epoch(stack, loader: str, name: str, rtt_ms: float, **options) -> tuple[list[str], list[int]]:
+    proxy = backend_class(make_loader_backend(loader)).proxy
+    with Toxiproxy(stack).network(proxy, rtt_ms=rtt_ms), \
+            make_loader(loader, stack, dataset=name, via_proxy=True, **options) as source:
+        keys = [item.key for item in source]
+        return keys, source.window_history
+
+
+def make_loader_backend(loader: str) -> str:
+    from workbench.loaders import loader_class
+
+    return loader_class(loader).backend
+
+
+@pytest.mark.parametrize("loader", ["s3-objects", "cassandra", "cassandra-py"])
+def test_the_window_at_50ms_is_wider_than_at_0ms(stack, dataset, loader):
+    name, ids = dataset
+    near, near_history = _epoch(stack, loader, name, rtt_ms=0)
+    far, far_history = _epoch(stack, loader, name, rtt_ms=50)
+    assert sorted(near) == sorted(far) == ids  # auto changes how many are in flight, never what is read
+    assert near_history[0] == far_history[0] == 4  # both start narrow
+    assert far_history[-1] > near_history[-1], (near_history, far_history)
+    assert far_history[-1] >= 16, far_history  # 4 in flight at 50 ms would be 80 samples/s: it must widen
+
+
+@pytest.mark.parametrize("loader", ["s3-objects", "cassandra"])
+def test_a_number_keeps_its_window(stack, dataset, loader):
+    keys, history = _epoch(stack, loader, dataset[0], rtt_ms=0, concurrency=7, ordered=False)
+    assert sorted(keys) == dataset[1] and history == [7]
+
+
+def test_bench_loaders_records_the_window_of_every_row(stack, tmp_path):
+    rows = bench_loaders(stack, ["s3-objects", "cassandra"], count=400, mean_kb=8, concurrency="auto",
+                         rtts_ms=[0.0, 50.0], repeats=1, results_dir=tmp_path)
+    assert {(r["loader"], r["rtt_ms"]) for r in rows} == {
+        (n, rtt) for n in ("s3-objects", "cassandra", "ceiling:s3-objects", "ceiling:cassandra") for rtt in (0.0, 50.0)}
+    window = {(r["loader"], r["rtt_ms"]): r["window"] for r in rows}
+    assert all(r["concurrency"] == "auto" and r["window"] >= 1 and r["window_history"] for r in rows)
+    for loader in ("s3-objects", "cassandra"):
+        assert window[(loader, 50.0)] > window[(loader, 0.0)], rows
+        for rtt in (0.0, 50.0):  # a ceiling runs at the window its loaders ended with
+            assert window[(f"ceiling:{loader}", rtt)] == window[(loader, rtt)]
+    written = next(tmp_path.glob("loaders-*.csv")).read_text().splitlines()[0].split(",")
+    assert "window" in written and "window_history" in written

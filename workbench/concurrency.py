@@ -96,7 +96,7 @@ class AutoWindow:
     """
 
     def __init__(self, start: int = AUTO_START, cap: int = AUTO_CAP, growth: float = 2.0, min_gain: float = 0.05,
-                 patience: int = 2, min_interval_s: float = 0.02, latency_bound: float = 1.5,
+                 patience: int = 2, min_interval_s: float = 0.1, latency_bound: float = 1.5,
                  max_queueing: float = 3.0, min_fill: float = 0.75,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         if not 1 <= start <= cap:

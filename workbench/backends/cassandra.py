@@ -11,9 +11,9 @@ Resume: each sample's data row is written before its metadata row, and `stored_i
 tables, so a sample counts as stored only once both rows are in; a rewrite is a harmless upsert.
 
 Drivers: rows are inserted through the C++ driver (acsylla, `_NativeWriter`): its I/O and framing run
-outside the GIL; measured on the same 1,000 x 110 KB samples, about 1.5x the rows per second at about
-half the client CPU per row of the Python driver (issue 13). Schema, scans and drops stay on the Python
-driver (few requests).
+outside the GIL; measured in the same runs on 1,000 x 110 KB samples, 1.3-1.6x the rows per second at
+0.4-0.6x the client CPU per row of the Python driver (issue 13). Schema, scans and drops stay on the
+Python driver (few requests).
 """
 
 from __future__ import annotations

@@ -150,3 +150,19 @@ def test_a_store_over_a_users_boto3_client_uses_that_client(stack, bucket):
     assert store.get("k")[0] == b"v" and list(store.list()) == [("k", 1)]
     assert store._native is None  # the native client was never built
     store.delete(["k"])
+
+
+def test_a_process_forked_after_obstore_ran_reads_through_boto3(store):
+    """obstore's runtime does not survive fork (a request would hang): the child must not use it."""
+    import multiprocessing
+
+    store.put("f", b"forked")
+    assert store.get("f")[0] == b"forked"  # the parent's client exists before the fork
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    process = ctx.Process(target=lambda: child.send(store.get("f")[0]))  # fork: nothing is pickled
+    process.start()
+    assert parent.poll(30), "the forked child hung on obstore's runtime"
+    assert parent.recv() == b"forked"
+    process.join(10)
+    assert store.get("f")[0] == b"forked" and not store._on_boto  # the parent keeps the native client

@@ -10,7 +10,8 @@ errors as the boto3 store (`s3.BotoS3Store`) it extends. obstore does the data p
 no equivalent: bucket head/create (`bucket_exists`, `ensure_bucket`), presigned GET URLs (`url`, for
 the webdataset peer), the numbered-part `multipart()` upload (checkpoints upload parts out of order
 and abort explicitly; obstore exposes only whole-object multipart puts), `from_client`, a store
-over a boto3 client the user built (cortx API), which stays on that client for everything, and, outside
+over a boto3 client the user built (cortx API), which stays on that client for everything, a process
+forked after obstore ran (obstore's runtime does not survive fork; see `_RUNTIME`), and, outside
 this module, listings by a raw string prefix (OSS connector `from_prefix`: obstore lists whole folders),
 the stack's health probe (`s3_client`) and the boto3 "Python ceiling" loop (`loaders.s3_objects.raw_ceiling`).
 Timeouts: connect and every read of a body use settings.timeout_s, retries stop after 2 or timeout_s.
@@ -46,12 +47,29 @@ def _missing_dependency() -> WorkbenchError:
                           "(or `make venv`)")
 
 
+# obstore runs every request on one tokio runtime per process, whose threads a fork does not copy: a child
+# forked after obstore ran here hangs on its first request (obstore 0.12 is not fork-safe). Such a child
+# (DataLoader worker_start="fork"; forkserver and spawn, the default, start clean) uses boto3 instead.
+_RUNTIME = {"started": False, "inherited": False}
+
+
+def _after_fork_in_child() -> None:
+    _RUNTIME["inherited"] = _RUNTIME["started"]
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def native_store(settings: Settings, bucket: str, via_proxy: bool = False, connections: int = 64) -> Any:
     """An obstore S3 store for `bucket` at the configured endpoint: path-style, settings' login, timeouts, CA."""
     try:
         from obstore.store import S3Store as ObjectStoreS3
     except ImportError:
         raise _missing_dependency() from None
+    if _RUNTIME["inherited"]:
+        raise WorkbenchError("obstore cannot run in a process forked after it ran (its runtime's threads are gone): "
+                             "use BotoS3Store here, or start workers with forkserver/spawn (WORKBENCH_WORKER_START)")
+    _RUNTIME["started"] = True
     settings.check_credentials()
     access, secret = settings.s3_credentials()
     endpoint = settings.s3_endpoint(via_proxy)
@@ -121,6 +139,11 @@ class NativeS3Store(BotoS3Store):
                 self._native = native_store(self.settings, self.bucket, self.via_proxy, self.connections)
             return self._native
 
+    @property
+    def _on_boto(self) -> bool:
+        """boto3 for everything: a user's boto3 client, or a process forked after obstore ran here."""
+        return self._boto_only or _RUNTIME["inherited"]
+
     @classmethod
     def from_client(cls, client: Any, bucket: str, prefix: str = "") -> NativeS3Store:
         store = super().from_client(client, bucket, prefix)
@@ -130,7 +153,7 @@ class NativeS3Store(BotoS3Store):
     # --------------------------------------------------------------------------------- data path
 
     def put(self, key: str, data: bytes, metadata: dict[str, str] | None = None) -> None:
-        if self._boto_only:
+        if self._on_boto:
             return super().put(key, data, metadata)
         import obstore
 
@@ -140,7 +163,7 @@ class NativeS3Store(BotoS3Store):
                         chunk_size=MULTIPART_THRESHOLD, max_concurrency=4)
 
     def get(self, key: str) -> tuple[bytes, dict[str, str]]:
-        if self._boto_only:
+        if self._on_boto:
             return super().get(key)
         import obstore
 
@@ -151,7 +174,7 @@ class NativeS3Store(BotoS3Store):
         return data, metadata
 
     def get_range(self, key: str, start: int, end: int, etag: str | None = None) -> bytes:
-        if self._boto_only:
+        if self._on_boto:
             return super().get_range(key, start, end, etag)
         import obstore
 
@@ -166,7 +189,7 @@ class NativeS3Store(BotoS3Store):
         return data
 
     def head(self, key: str) -> ObjectInfo:
-        if self._boto_only:
+        if self._on_boto:
             return super().head(key)
         import obstore
 
@@ -175,7 +198,7 @@ class NativeS3Store(BotoS3Store):
         return ObjectInfo(int(meta["size"]), meta.get("e_tag"))
 
     def list(self, under: str = "") -> Iterator[tuple[str, int]]:
-        if self._boto_only:
+        if self._on_boto:
             yield from super().list(under)
             return
         import obstore
@@ -188,7 +211,7 @@ class NativeS3Store(BotoS3Store):
                     yield obj["path"][cut:], int(obj["size"])
 
     def delete(self, keys: Iterable[str]) -> None:
-        if self._boto_only:
+        if self._on_boto:
             return super().delete(keys)
         import obstore
 

@@ -13,12 +13,14 @@ still rises, so users need not guess the depth a network needs (Little's law: de
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import math
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -392,3 +394,33 @@ def finish(flight: InFlight, body_failed: bool) -> None:
     error = flight.drain()
     if error is not None and not body_failed:
         raise error
+
+
+class EventLoopThread:
+    """An asyncio loop in a daemon thread, for the native async clients (acsylla, pyignite's aio client):
+    their sessions live on the loop; other threads submit coroutines and wait, each wait bounded."""
+
+    def __init__(self, name: str, what: str = "the client") -> None:
+        self.what = what  # named in a timeout: "the Cassandra driver", "the Ignite client"
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, coro: Awaitable[V]) -> concurrent.futures.Future[V]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+
+    def call(self, coro: Awaitable[V], timeout_s: float) -> V:
+        future = self.submit(coro)
+        try:
+            return future.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no answer from {self.what} within {timeout_s:.0f} s") from None
+
+    def stop(self, timeout_s: float) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout_s)
+        if not self.thread.is_alive():
+            self.loop.close()

@@ -31,12 +31,12 @@ from pydantic import Field
 from workbench.backends.base import Backend, LayoutOptions, Progress, StoredSample, storage_name
 from workbench.clients import cassandra_session
 from workbench.clients.cassandra import (
-    EventLoopThread,
     acsylla_driver,
     open_native_session,
     settings_login,
     stack_tls,
 )
+from workbench.concurrency import EventLoopThread
 from workbench.config import Settings
 from workbench.data import Sample
 from workbench.errors import WorkbenchError, first_line
@@ -366,7 +366,7 @@ class _NativeWriter:
         self.error: BaseException | None = None
         self.tasks: set[asyncio.Task] = set()  # referenced until done (the loop keeps only weak references)
         login = settings_login(settings)
-        self.io = EventLoopThread("cassandra-writer")
+        self.io = EventLoopThread("cassandra-writer", "the Cassandra driver")
         try:
             self.session = self.io.call(
                 open_native_session(settings, [settings.host], settings.port("cassandra", via_proxy), login,

@@ -7,18 +7,15 @@ whose I/O and framing run outside the GIL.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import ipaddress
 import logging
 import re
 import ssl
-import threading
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from workbench.clients.tls import STACK_CA_HINT, chained, speaks_tls, ssl_reason, verify_reason
 from workbench.config import Settings
@@ -129,7 +126,6 @@ def _first_host_error(exc: BaseException) -> tuple[tuple[str, int] | None, BaseE
 
 # ------------------------------------------------------------------ the C++ driver (acsylla): loader and ingest
 
-T = TypeVar("T")
 NATIVE_PROTOCOL_VERSION = 4  # the C++ driver's v5 support is beta
 # acsylla's SSLVerifyFlags lacks the C driver's CASS_SSL_VERIFY_PEER_IDENTITY (IP address in the certificate).
 _VERIFY_NONE, _VERIFY_PEER_CERT, _VERIFY_PEER_IDENTITY, _VERIFY_PEER_IDENTITY_DNS = 0, 1, 2, 4
@@ -254,31 +250,3 @@ async def open_native_session(settings: Settings, hosts: list[str], port: int, l
     except acsylla.errors.CassException as exc:
         where = ", ".join(f"{h}:{port}" for h in hosts)
         raise native_connect_error(exc, where, tls is not None, settings.timeout_s, (hosts[0], port)) from None
-
-
-class EventLoopThread:
-    """An asyncio loop in a daemon thread (acsylla's sessions live on one): other threads submit and wait."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self.thread.start()
-
-    def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
-
-    def call(self, coro: Awaitable[T], timeout_s: float) -> T:
-        future = self.submit(coro)
-        try:
-            return future.result(timeout_s)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise TimeoutError(f"no answer from the Cassandra driver within {timeout_s:.0f} s") from None
-
-    def stop(self, timeout_s: float) -> None:
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout_s)
-        if not self.thread.is_alive():
-            self.loop.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import re
@@ -537,34 +536,6 @@ async def schema_names_async(client: Any, type_id: int, schema_id: int) -> tuple
 
 
 # ------------------------------------------------------------------- an asyncio client on a thread of its own
-
-
-class AioLoop:
-    """An asyncio loop in a daemon thread: callers on other threads submit coroutines and wait on futures."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self.thread.start()
-
-    def submit(self, coro: Any) -> concurrent.futures.Future:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def call(self, coro: Any, timeout_s: float) -> Any:
-        future = self.submit(coro)
-        try:
-            return future.result(timeout_s)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise TimeoutError(f"no answer from the Ignite client within {timeout_s:.0f} s") from None
-
-    def stop(self, timeout_s: float) -> None:
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout_s)
-        if not self.thread.is_alive():
-            self.loop.close()
 
 
 class AioClients:

@@ -26,14 +26,13 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, ClassVar
 
 from workbench.clients.cassandra import (
-    EventLoopThread,
     NativeTLS,
     acsylla_driver,
     configure_native_tls,
     open_native_session,
 )
 from workbench.clients.cassandra import native_connect_error as connect_error  # noqa: F401 - its old home
-from workbench.concurrency import HasWindow, Window, fixed_depth, make_window, pool_size
+from workbench.concurrency import EventLoopThread, HasWindow, Window, fixed_depth, make_window, pool_size
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
 from workbench.loaders.base import Item, Loader, LoaderConfig
@@ -247,7 +246,7 @@ class CassandraNativeLoader(HasWindow, Loader):
             if self._layout is None:
                 self._layout = resolve_layout(self.settings, self.config)
             if self._io is None:
-                self._io = EventLoopThread(f"{_THREAD}-{self.worker_id}")
+                self._io = EventLoopThread(f"{_THREAD}-{self.worker_id}", "the Cassandra driver")
             if self._session is None:
                 session = self._io.call(open_session(self.settings, self.config), self._safety_s)
                 try:

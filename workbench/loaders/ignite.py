@@ -54,7 +54,6 @@ from pydantic import Field, SecretStr
 from workbench.backends import locate
 from workbench.clients.ignite import (
     AioClients,
-    AioLoop,
     FastGetAll,
     ThreadClients,
     ignite_errors,
@@ -65,7 +64,7 @@ from workbench.clients.ignite import (
     schema_names_async,
     settings_endpoint,
 )
-from workbench.concurrency import HasWindow, fixed_depth, in_flight, make_window, pool_size
+from workbench.concurrency import EventLoopThread, HasWindow, fixed_depth, in_flight, make_window, pool_size
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
 from workbench.loaders.base import Item, Loader, LoaderConfig
@@ -179,7 +178,7 @@ class IgniteLoader(HasWindow, Loader):
         self._pool: ThreadPoolExecutor | None = None
         self._window = make_window(c.concurrency)  # batches in flight; "auto" widens it while the rate rises
         self._fast = FastGetAll()  # field names of the schemas seen (plain data: travels with the loader)
-        self._aio: AioLoop | None = None
+        self._aio: EventLoopThread | None = None
         self._aio_clients: AioClients | None = None
         self._retry_pool: ThreadPoolExecutor | None = None
 
@@ -304,10 +303,10 @@ class IgniteLoader(HasWindow, Loader):
 
     # ------------------------------------------------------------------------------- asyncio client
 
-    def _ensure_aio(self) -> AioLoop:
+    def _ensure_aio(self) -> EventLoopThread:
         with self._lock:
             if self._aio is None:
-                self._aio = AioLoop(f"ignite-aio-{self.worker_id}")
+                self._aio = EventLoopThread(f"ignite-aio-{self.worker_id}", "the Ignite client")
                 self._aio_clients = AioClients(self.endpoint, self.config.partition_aware)
             return self._aio
 

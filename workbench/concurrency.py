@@ -312,6 +312,20 @@ def in_flight(keys: Iterable[K], submit: Callable[[K], Future[V]], depth: Concur
             future.cancel()
 
 
+def map_in_flight(keys: Iterable[K], fn: Callable[[K], V], pool: ThreadPoolExecutor, depth: Concurrency | Window,
+                  ordered: bool = True) -> Iterator[V]:
+    """`fn(key)` for every key on `pool`'s threads, `depth` in flight (`in_flight`); yields the results.
+
+    Closing the generator early cancels the requests not yet started.
+    """
+    results = in_flight(keys, lambda key: pool.submit(fn, key), depth, ordered=ordered)
+    try:
+        for _, value in results:
+            yield value
+    finally:
+        results.close()
+
+
 class LazyPool:
     """A loader's request threads: started on first use, shut down by `close()`, never pickled.
 

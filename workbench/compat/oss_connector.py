@@ -47,7 +47,7 @@ from typing import Any
 
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-from workbench.concurrency import LazyPool, in_flight
+from workbench.concurrency import LazyPool, map_in_flight
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
@@ -290,13 +290,7 @@ class _Objects:
         return result
 
     def _fetch_many(self, refs: Iterable[ObjectRef]) -> Iterator[ObjectItem]:
-        pool = self._executor()
-        results = in_flight(refs, lambda ref: pool.submit(self.fetch, ref), self.prefetch_concurrency)
-        try:
-            for _, item in results:
-                yield item
-        finally:
-            results.close()
+        yield from map_in_flight(refs, self.fetch, self._executor(), self.prefetch_concurrency)
 
     def close(self) -> None:
         self._pool.close()

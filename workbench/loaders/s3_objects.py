@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 from urllib.parse import unquote
 
-from workbench.concurrency import HasWindow, LazyPool, fixed_depth, in_flight, make_window, pool_size
+from workbench.concurrency import HasWindow, LazyPool, fixed_depth, make_window, map_in_flight, pool_size
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.layouts.objects import MANIFEST
@@ -187,14 +187,7 @@ class S3ObjectsLoader(HasWindow, Loader):
         mine = self.my_entries(epoch)
         if not mine:
             return
-        pool = self._pool.get()
-        results = in_flight(mine, lambda e: pool.submit(self.fetch_retrying, e), self._window,
-                            ordered=self.config.ordered)
-        try:
-            for _, item in results:
-                yield item
-        finally:
-            results.close()
+        yield from map_in_flight(mine, self.fetch_retrying, self._pool.get(), self._window, self.config.ordered)
 
     def close(self) -> None:
         self._pool.close()

@@ -43,7 +43,7 @@ from typing import Any
 
 from pydantic import Field
 
-from workbench.concurrency import HasWindow, LazyPool, in_flight, make_window
+from workbench.concurrency import HasWindow, LazyPool, make_window, map_in_flight
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, with_type
 from workbench.layouts.objects import JOURNAL, MANIFEST
@@ -245,13 +245,7 @@ class S3TorchConnectorPeer(HasWindow, Loader):
             for i in mine:
                 yield self.fetch(i)
             return
-        pool = self._pool.get()
-        results = in_flight(mine, lambda i: pool.submit(self.fetch, i), self._window, ordered=self.config.ordered)
-        try:
-            for _, item in results:
-                yield item
-        finally:
-            results.close()
+        yield from map_in_flight(mine, self.fetch, self._pool.get(), self._window, self.config.ordered)
 
     def close(self) -> None:
         self._pool.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from backend_checks import DiesAfter as FailingAfter
 from backend_checks import SourceDied as Interrupted
+from backend_checks import cassandra_backend as backend
 
 from workbench.backends.registry import make_backend
 from workbench.clients import cassandra_session
@@ -15,22 +16,6 @@ from workbench.ingest import ingest, verify
 pytestmark = pytest.mark.services
 
 N = 40
-
-
-@pytest.fixture
-def keyspaces(stack):
-    """Keyspaces a test creates: dropped afterwards whatever happens."""
-    created: list[str] = []
-    yield created
-    with cassandra_session(stack) as session:
-        for keyspace in created:
-            session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
-
-
-def backend(stack, keyspaces, dataset: str, **options):
-    b = make_backend("cassandra", stack, dataset, **options)
-    keyspaces.append(b.keyspace)
-    return b
 
 
 def source(unique: str, n: int = N, **kw) -> SyntheticSource:

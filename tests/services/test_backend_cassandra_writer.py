@@ -7,9 +7,10 @@ import threading
 import time
 
 import pytest
+from backend_checks import Hooked
+from backend_checks import cassandra_backend as backend
 
 from workbench.backends.registry import make_backend
-from workbench.clients import cassandra_session
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
 from workbench.ingest import ingest, verify
@@ -18,38 +19,6 @@ from workbench.net.toxiproxy import Toxiproxy
 pytestmark = pytest.mark.services
 
 N = 30
-
-
-@pytest.fixture
-def keyspaces(stack):
-    created: list[str] = []
-    yield created
-    with cassandra_session(stack) as session:
-        for keyspace in created:
-            session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
-
-
-def backend(settings, keyspaces, dataset: str, **options):
-    b = make_backend("cassandra", settings, dataset, **options)
-    keyspaces.append(b.keyspace)
-    return b
-
-
-class Hooked:
-    """The same source, calling `hook` before it yields sample `at` (a fault in the middle of an ingest)."""
-
-    def __init__(self, inner, at: int, hook) -> None:
-        self.inner, self.at, self.hook = inner, at, hook
-        self.name, self.classes = inner.name, inner.classes
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def __iter__(self):
-        for i, sample in enumerate(self.inner):
-            if i == self.at:
-                self.hook()
-            yield sample
 
 
 def test_at_most_workers_in_flight_and_progress_in_the_writing_thread(stack, unique, keyspaces):

@@ -1,0 +1,17 @@
+"""Fixtures the services tests share (the stack itself is tests/conftest.py's)."""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench.clients import cassandra_session
+
+
+@pytest.fixture
+def keyspaces(stack):
+    """Keyspaces a test creates: dropped afterwards whatever happens."""
+    created: list[str] = []
+    yield created
+    with cassandra_session(stack) as session:
+        for keyspace in created:
+            session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")

@@ -335,14 +335,18 @@ def prepare(session: Session, layout: Layout) -> PreparedStatement:
             f"cannot read {layout.name}: {str(exc).splitlines()[0]} (ingested? right table and columns?)"
         ) from exc
     if layout.label_col is not None:
-        found = {m[2]: m[3].typename for m in statement.result_metadata}.get(layout.label_col)
-        if found != _CQL_LABEL[layout.label_type]:
-            hint = found if found in _CQL_LABEL.values() else "none"
-            raise WorkbenchError(
-                f"column {layout.label_col} of {layout.name} has type {found}, not {_CQL_LABEL[layout.label_type]}: "
-                f"set label_type='{hint}'"
-            )
+        check_label_type(layout, {m[2]: m[3].typename for m in statement.result_metadata}.get(layout.label_col))
     return statement
+
+
+def check_label_type(layout: Layout, found: str | None) -> None:
+    """The label column's CQL type must be what label_type reads; else one line naming the type to use."""
+    if found != _CQL_LABEL[layout.label_type]:
+        hint = found if found in _CQL_LABEL.values() else "none"
+        raise WorkbenchError(
+            f"column {layout.label_col} of {layout.name} has type {found}, not {_CQL_LABEL[layout.label_type]}: "
+            f"set label_type='{hint}'"
+        )
 
 
 def list_ids(session: Session, layout: Layout) -> list[str]:

@@ -37,11 +37,11 @@ from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.cassandra import (
-    _CQL_LABEL,
     ID_FETCH_SIZE,
     PROTOCOL_VERSION,
     CassandraConfig,
     Layout,
+    check_label_type,
     endpoints,
     resolve_layout,
     ssl_context,
@@ -144,13 +144,7 @@ async def prepare(session: Any, layout: Layout, timeout_s: float) -> Any:
             parameters=2, timeout=timeout_s)
         query.bind_list([layout.keyspace, layout.table])
         types = {row.as_tuple()[0]: row.as_tuple()[1] for row in await session.execute(query)}
-        found = types.get(layout.label_col)
-        if found != _CQL_LABEL[layout.label_type]:
-            hint = found if found in _CQL_LABEL.values() else "none"
-            raise WorkbenchError(
-                f"column {layout.label_col} of {layout.name} has type {found}, not {_CQL_LABEL[layout.label_type]}: "
-                f"set label_type='{hint}'"
-            )
+        check_label_type(layout, types.get(layout.label_col))
     return statement
 
 

@@ -15,3 +15,14 @@ def keyspaces(stack):
     with cassandra_session(stack) as session:
         for keyspace in created:
             session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+
+
+@pytest.fixture(scope="module")
+def torch_two_threads():
+    """Torch's intra-op threads at 2 for a module (this machine's cores), restored afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)

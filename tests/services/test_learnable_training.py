@@ -29,7 +29,7 @@ from workbench.backends import make_backend  # noqa: E402
 from workbench.data import DigitsSource, LearnableSyntheticSource, Sample  # noqa: E402
 from workbench.ingest import ingest  # noqa: E402
 
-pytestmark = [pytest.mark.services, pytest.mark.slow]
+pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.usefixtures("torch_two_threads")]
 
 BACKENDS = ["cassandra", "s3-shards", "s3-objects", "ignite", "fs"]
 LAYOUTS = {"s3-shards": {"maxcount": 50}}  # 29 train + 8 val shards: every rank x worker gets some
@@ -56,16 +56,6 @@ class _Listed:
 
     def sample(self, i: int) -> Sample:
         return self.samples[i]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def two_threads():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,12 @@ backend's own `scan()`, directly and through toxiproxy.
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 import time
 import uuid
 
 import pytest
+from shared_sources import TwoSplits
 
 from workbench.backends.registry import make_backend
 from workbench.bench.native_ceilings import CeilingConfig, program_name, run_native_ceiling
@@ -26,22 +26,6 @@ pytestmark = pytest.mark.services
 N = 40  # every 4th sample goes to 'val': 30 in 'train'
 NETWORKED = ["cassandra", "s3-objects", "s3-shards", "ignite"]
 LAYOUTS = {"s3-shards": {"maxcount": 7}, "fs-shards": {"layout": "shards", "maxcount": 7}}
-
-
-class TwoSplits:
-    """Every 4th sample in 'val', after the 'train' ones (so shard packers see one run per split)."""
-
-    def __init__(self, inner: SyntheticSource) -> None:
-        self.inner, self.name, self.classes = inner, inner.name, inner.classes
-        self.splits = ["train", "val"]
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def __iter__(self):
-        samples = list(self.inner)
-        yield from (s for i, s in enumerate(samples) if i % 4)
-        yield from (dataclasses.replace(s, split="val") for i, s in enumerate(samples) if not i % 4)
 
 
 @pytest.fixture(scope="module")

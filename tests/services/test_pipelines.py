@@ -25,22 +25,12 @@ from workbench.backends import make_backend  # noqa: E402
 from workbench.data import SyntheticSource  # noqa: E402
 from workbench.ingest import ingest  # noqa: E402
 
-pytestmark = [pytest.mark.services, pytest.mark.slow]
+pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.usefixtures("torch_two_threads")]
 
 MAIN_LOADERS = ["cassandra", "s3-shards", "s3-objects", "ignite", "fs"]
 LAYOUTS = {"cassandra": {}, "s3-objects": {}, "s3-shards": {"maxcount": 6}, "ignite": {}, "fs": {}}
 COUNT, MEAN_KB = 48, 8
 SMALL = {"steps": 3, "batch_size": 8, "size": 64}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def two_threads():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

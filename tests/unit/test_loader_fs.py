@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 import uuid
 from collections import Counter
 
 import pytest
+from shared_sources import TwoSplits
 from torch.utils.data import DataLoader
 
 from workbench.adapters.torch import LoaderDataset, collate_raw, worker_context
@@ -21,22 +21,6 @@ from workbench.loaders.fs import raw_ceiling
 
 LAYOUTS = ["imagefolder", "shards"]
 N = 60
-
-
-class TwoSplits:
-    """SyntheticSource with every 4th sample in 'val' (to check that a loader reads one split only)."""
-
-    def __init__(self, inner) -> None:
-        self.splits = ["train", "val"]
-        self.inner, self.name, self.classes = inner, inner.name, inner.classes
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def __iter__(self):
-        samples = list(self.inner)
-        yield from (s for i, s in enumerate(samples) if i % 4)
-        yield from (dataclasses.replace(s, split="val") for i, s in enumerate(samples) if not i % 4)
 
 
 @pytest.fixture

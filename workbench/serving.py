@@ -23,6 +23,7 @@ import numpy as np
 
 from workbench.backends import locate
 from workbench.clients import speaks_tls, triton_client
+from workbench.clients.endpoints import triton_address, where
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 
@@ -119,8 +120,8 @@ def server_error(exc: Exception, model: str, protocol: str, settings: Settings |
     if settings is not None and message.lower().startswith(_NOT_CONNECTED):
         return InferenceError(_unreachable(settings, protocol, via_proxy, message), status)
     if settings is not None and str(status).endswith("DEADLINE_EXCEEDED"):
-        where = f"{settings.host}:{settings.port(f'triton_{protocol}', via_proxy)}"
-        return InferenceError(f"Triton {model} over {protocol} at {where}: no answer before the deadline ({message}); "
+        server = where([triton_address(settings, protocol, via_proxy)])
+        return InferenceError(f"Triton {model} over {protocol} at {server}: no answer before the deadline ({message}); "
                               "is the server overloaded or stuck? (the timeout is WORKBENCH_TIMEOUT_S)", status)
     return InferenceError(f"Triton {model} over {protocol}: {message}", status)
 
@@ -128,7 +129,7 @@ def server_error(exc: Exception, model: str, protocol: str, settings: Settings |
 def _unreachable(settings: Settings, protocol: str, via_proxy: bool, message: str) -> str:
     """Why Triton could not be reached and what to do: untrusted certificate, TLS mismatch, or down."""
 
-    host, port = settings.host, settings.port(f"triton_{protocol}", via_proxy)
+    host, port = triton_address(settings, protocol, via_proxy)
     where = f"{host}:{port}"
     reason = message.split("last error: ")[-1].splitlines()[0][:200]
     text = message.lower()

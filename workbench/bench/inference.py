@@ -23,6 +23,7 @@ from typing import Any
 
 from workbench.bench.metrics import percentile
 from workbench.clients import triton_client
+from workbench.clients.endpoints import triton_address, where
 from workbench.config import Settings
 from workbench.environment import describe_environment
 from workbench.errors import WorkbenchError
@@ -105,7 +106,7 @@ async def _run_point(settings: Settings, model: str, protocol: str, batches: Ite
 
 
     module = client_module(protocol, aio=True)
-    url = f"{settings.host}:{settings.port(f'triton_{protocol}', via_proxy)}"
+    url = where([triton_address(settings, protocol, via_proxy)])
     # gRPC with TLS when settings.tls (the same client set-up as every other Triton call)
     client = triton_client(settings, protocol, via_proxy, aio=True, timeout_s=timeout_s, connections=concurrency)
     call_options: dict = {"client_timeout": timeout_s} if protocol == "grpc" else {}
@@ -316,7 +317,7 @@ def sweep_inference(
             "input": kind, "concurrency": concurrency, "batch_size": batch_size, **_summary(point),
             "config": {"samples": samples, "warmup_requests": warm, "timeout_s": timeout, "via_proxy": via_proxy,
                        "table": table if kind == "uuid" else None, "loader_options": options,
-                       "triton": f"{settings.host}:{settings.port(f'triton_{proto}', via_proxy)}"},
+                       "triton": where([triton_address(settings, proto, via_proxy)])},
         }
         rows.append(row)
         if progress is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from workbench.clients.endpoints import triton_address, where
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 
@@ -11,12 +12,13 @@ def triton_client(settings: Settings, protocol: str = "http", via_proxy: bool = 
     """A tritonclient (asyncio's with `aio`) for HTTP or gRPC; every call it makes has a deadline.
 
     gRPC uses TLS with settings.tls (the server verified against the stack's CA). Triton's HTTP endpoint
-    has no TLS of its own: it stays plain, bound to settings.host (127.0.0.1 by default).
+    has no TLS of its own: it stays plain, bound to settings.host (127.0.0.1 by default). The server is
+    `triton_address`'s: with WORKBENCH_TRITON_URLS one of those per client rank.
     `connections` bounds the asyncio HTTP client's connection pool.
     """
     timeout = timeout_s or settings.timeout_s
+    url = where([triton_address(settings, protocol, via_proxy)])
     if protocol == "http":
-        url = f"{settings.host}:{settings.port('triton_http', via_proxy)}"
         if aio:
             import tritonclient.http.aio as aio_http
 
@@ -30,8 +32,7 @@ def triton_client(settings: Settings, protocol: str = "http", via_proxy: bool = 
         else:
             import tritonclient.grpc as module
         tls = {"ssl": True, "root_certificates": str(settings.ca_file())} if settings.tls else {}
-        return module.InferenceServerClient(f"{settings.host}:{settings.port('triton_grpc', via_proxy)}",
-                                            channel_args=_grpc_channel_args(timeout), **tls)
+        return module.InferenceServerClient(url, channel_args=_grpc_channel_args(timeout), **tls)
     raise WorkbenchError(f"unknown Triton protocol '{protocol}': use http or grpc")
 
 def _grpc_channel_args(timeout_s: float) -> list[tuple[str, object]]:

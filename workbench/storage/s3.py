@@ -30,11 +30,14 @@ _ACCESS_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", 
 _MISSING_CODES = ("404", "NoSuchKey", "NotFound")
 
 
-def s3_client(settings: Settings, via_proxy: bool = False, max_pool_connections: int = 64):
-    """A client for the configured S3 (login from settings); with settings.tls it trusts the stack's CA only."""
+def s3_client(settings: Settings, via_proxy: bool = False, max_pool_connections: int = 64,
+              endpoint: str | None = None):
+    """A client for the configured S3 (login from settings); with settings.tls it trusts the stack's CA only.
+
+    `endpoint` names one node of a distributed MinIO (default: settings.s3_endpoint, node 0)."""
     settings.check_credentials()
     access, secret = settings.s3_credentials()
-    return s3_client_at(settings.s3_endpoint(via_proxy), access, secret, region=settings.s3_region,
+    return s3_client_at(endpoint or settings.s3_endpoint(via_proxy), access, secret, region=settings.s3_region,
                         timeout_s=settings.timeout_s, max_pool_connections=max_pool_connections,
                         verify=str(settings.ca_file()) if settings.tls else None)
 

@@ -54,7 +54,7 @@ class IgniteOptions(LayoutOptions):
         "sql mode: SQL_PUBLIC_<TABLE>)"
     )
     partitions: int = Field(DEFAULT_PARTITIONS, ge=1, le=MAX_PARTITIONS, description="cache partitions (see docs)")
-    backups: int = Field(0, ge=0, description="backup copies of each partition")
+    backups: int = Field(0, ge=0, description="backup copies of each partition (default: WORKBENCH_IGNITE_BACKUPS)")
     mode: Literal["binary", "sql"] = Field("binary", description="binary objects in a cache, or an SQL table")
     batch_size: int = Field(64, ge=1, le=100_000, description="samples per put_all / MERGE")
     page_size: int = Field(
@@ -86,6 +86,8 @@ class IgniteBackend(Backend):
 
     def __init__(self, settings, dataset: str, options: IgniteOptions | None = None) -> None:
         super().__init__(settings, dataset, options)
+        if "backups" not in self.options.model_fields_set:  # the cluster's choice unless the caller made one
+            self.options = self.options.model_copy(update={"backups": settings.ignite_backups})
         o = self.options
         self.table = storage_name(dataset).upper()
         if o.cache_name is not None:

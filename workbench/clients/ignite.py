@@ -10,12 +10,14 @@ import ssl
 import struct
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, Any
 
+from workbench.clients.endpoints import ignite_points
+from workbench.clients.endpoints import where as where_of
 from workbench.clients.tls import speaks_tls
 from workbench.config import DEFAULT_CREDENTIALS, Settings
 from workbench.errors import WorkbenchError
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from pyignite import Client as IgniteClient
 
 _PARTS = re.compile(r"parts=(\d+)")  # the partition count in SYS.CACHES.AFFINITY
+OP_CLUSTER_GROUP_GET_NODE_IDS = 5100  # Ignite's ClientMessageParser; not among pyignite's op codes
 
 
 # pyignite logs a full traceback for every refused connection while a node starts; we raise our own error.
@@ -36,14 +39,23 @@ warnings.filterwarnings("ignore", message=r"ssl\.PROTOCOL_TLSv1_2 is deprecated"
                         module=r"pyignite\.connection\.ssl")
 
 @contextmanager
-def ignite_client(settings: Settings, via_proxy: bool = False) -> Iterator[IgniteClient]:
-    """A connected pyignite client with the configured login and, with settings.tls, the server verified by its CA."""
+def ignite_client(settings: Settings, via_proxy: bool = False, node: int | None = None) -> Iterator[IgniteClient]:
+    """A connected pyignite client with the configured login and, with settings.tls, the server verified by its CA.
+
+    It knows every server node (`ignite_points`): partition-aware (pyignite's default), a key's requests
+    go to its primary node and a lost node is left for the others. `node=k` talks to local node k only
+    (health probes of one node).
+    """
     settings.check_credentials()
-    client = connect_ignite(settings.host, settings.port("ignite", via_proxy), ignite_options(settings))
+    nodes = ignite_points(settings, via_proxy)
+    if node is not None:
+        nodes = [nodes[node]]
+    client = connect_ignite(*nodes[0], ignite_options(settings), others=nodes[1:])
     try:
         yield client
     finally:
         client.close()
+
 
 def ignite_options(settings: Settings) -> dict[str, object]:
     """pyignite ``Client`` arguments from settings: timeouts always, the login and TLS when configured."""
@@ -71,9 +83,12 @@ def ignite_tls_options(ca_file: str | None, certfile: str | None = None, keyfile
         options["ssl_keyfile_password"] = key_password
     return options
 
-def connect_ignite(host: str, port: int, options: dict[str, object]) -> IgniteClient:
+def connect_ignite(host: str, port: int, options: dict[str, object],
+                   others: Sequence[tuple[str, int]] = ()) -> IgniteClient:
     """A connected pyignite client, or one WorkbenchError line naming host:port, the cause and what to do.
 
+    `others`: the cluster's further nodes; the client connects to every one it can reach (partition
+    awareness, pyignite's default) and fails only when none answers.
     pyignite reports every failed handshake as "Can not connect."; its connection events keep the real
     cause (refused, TLS mismatch, untrusted certificate, timeout) for the message. Login and TLS failures
     are chained to a permanent error, so retry policies give up at once; "unreachable" stays transient.
@@ -83,17 +98,34 @@ def connect_ignite(host: str, port: int, options: dict[str, object]) -> IgniteCl
     from pyignite import Client
     from pyignite.exceptions import AuthenticationError, ParameterError, ReconnectError
 
-    where = f"{host}:{port}"
+    where = where_of([(host, port), *others])
     check_tls_files(where, options)
     failures = _ignite_handshake_failures()
     client = Client(event_listeners=[failures], **options)
     try:
-        client.connect(host, port)
+        client.connect([(host, port), *others])
     except (ReconnectError, AuthenticationError, ParameterError, OSError, EOFError) as exc:
         with suppress(Exception):  # closing a half-open client must not hide the real error
             client.close()
         raise connect_failure(where, options, failures, exc)  # noqa: B904 - its __cause__ is set: transient or setup
     return client
+
+
+def server_node_count(client: IgniteClient) -> int:
+    """How many server nodes the cluster of `client` has now: the thin protocol's cluster-group request for
+    the server nodes' ids (the Java thin client's ``ClientCluster.forServers().nodes()``; pyignite has none).
+    It answers on an inactive cluster too, where SQL (SYS.NODES) does not."""
+    from pyignite.datatypes import Bool, Int, Long, Short
+    from pyignite.queries import Query, query_perform
+
+    # topology version -1: always answer; one projection item, kind 2 (server or client nodes), true: servers
+    fields = [("top_ver", Long), ("items", Int), ("kind", Short), ("servers", Bool)]
+    result = query_perform(Query(OP_CLUSTER_GROUP_GET_NODE_IDS, fields), client.random_node,
+                           query_params={"top_ver": -1, "items": 1, "kind": 2, "servers": True},
+                           response_config=[("changed", Bool), ("top_ver", Long), ("count", Int)])
+    if result.status != 0:
+        raise WorkbenchError(f"Ignite could not list its server nodes: {str(result.message).splitlines()[0][:200]}")
+    return int(result.value["count"])
 
 
 def check_tls_files(where: str, options: dict[str, object]) -> None:
@@ -158,7 +190,7 @@ def _ignite_connect_error(where: str, options: dict[str, object], failure: str) 
     if kind == "SSLCertVerificationError":
         return (f"cannot verify the TLS certificate of Ignite at {where} ({reason}) with CA file "
                 f"{options.get('ssl_ca_certfile')}: set WORKBENCH_TLS_CA_FILE to the CA that signed it"), True
-    host, port = where.rsplit(":", 1)
+    host, port = where.split(", ")[0].rsplit(":", 1)  # the first node
     timeout_s = float(str(options.get("handshake_timeout") or 5))
     if tls and kind.startswith("SSL") and not speaks_tls(host, int(port), min(timeout_s, 5.0)):
         return (f"TLS handshake with Ignite at {where} failed ({reason}): the server does not speak TLS on that "
@@ -198,10 +230,11 @@ class Endpoint:
     tls: bool = False
     ca_file: str | None = None
     dev_mode: bool = False
+    others: tuple[tuple[str, int], ...] = ()  # the cluster's further nodes (host, port): see `connect_ignite`
 
     @property
     def where(self) -> str:
-        return f"{self.host}:{self.port}"
+        return where_of([(self.host, self.port), *self.others])
 
     def client_kwargs(self) -> dict[str, Any]:
         """pyignite ``Client`` arguments: timeouts always, credentials and SSL when given."""
@@ -223,7 +256,7 @@ class Endpoint:
     def connect(self) -> Client:
         """A connected client, or a WorkbenchError naming host:port (bounded by the timeouts)."""
         self.check_login()
-        return connect_ignite(self.host, self.port, self.client_kwargs())
+        return connect_ignite(self.host, self.port, self.client_kwargs(), self.others)
 
     async def connect_aio(self, partition_aware: bool = False) -> Any:
         """A connected pyignite AioClient (on the running loop), or the same WorkbenchError lines as `connect`."""
@@ -238,7 +271,7 @@ class Endpoint:
         client = AioClient(partition_aware=partition_aware, event_listeners=[failures],
                            **{k: v for k, v in options.items() if k != "timeout"})
         try:
-            await asyncio.wait_for(client.connect(self.host, self.port), self.timeout_s)
+            await asyncio.wait_for(client.connect([(self.host, self.port), *self.others]), self.timeout_s)
         except (TimeoutError, ReconnectError, AuthenticationError, ParameterError, OSError, EOFError) as exc:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(client.close(), self.timeout_s)
@@ -247,10 +280,14 @@ class Endpoint:
 
 
 def settings_endpoint(settings: Settings, via_proxy: bool = False, **overrides: Any) -> Endpoint:
-    """The endpoint of the workbench's Ignite (through toxiproxy with `via_proxy`): login and TLS from settings."""
+    """The endpoint of the workbench's Ignite, every node of it (through each node's toxiproxy path with
+    `via_proxy`): login and TLS from settings. A `host` or `port` override names one server only."""
     settings.check_credentials()
     password = settings.ignite_password.get_secret_value() if settings.ignite_password else None
-    values: dict[str, Any] = {"host": settings.host, "port": settings.port("ignite", via_proxy),
+    (host, port), *others = ignite_points(settings, via_proxy)
+    if overrides.get("host") is not None or overrides.get("port") is not None:
+        others = []
+    values: dict[str, Any] = {"host": host, "port": port, "others": tuple(others),
                               "timeout_s": settings.timeout_s, "username": settings.ignite_username,
                               "password": password, "tls": settings.tls, "dev_mode": settings.dev_mode,
                               "ca_file": ca_file_of(settings)}

@@ -1,4 +1,14 @@
-"""Apache Ignite 2.x from Maven Central: one node, thin-client protocol on 10800, caches in memory.
+"""Apache Ignite 2.x from Maven Central: thin-client protocol on 10800, caches in memory or persisted.
+
+A cluster of WORKBENCH_IGNITE_NODES server nodes: node k binds its own address (`Settings.node_host`) with
+the usual ports, its consistent id is its node name (`ignite`, `ignite-2`, ...: a restarted node keeps its
+place in the baseline topology) and its static IP finder lists every node's discovery address, nothing
+else, so it never joins another cluster (the main stack's, a test's). The cluster is activated by node 0's
+probe once every node has joined, so a persistent cluster's baseline topology is all of them.
+
+With WORKBENCH_IGNITE_PERSISTENCE=1 the default data region is persistent (Ignite native persistence): the
+work folder is kept across restarts and caches survive a node restart, `stack down` + `stack up` included.
+Without it every start begins with an empty work folder.
 
 With a configured login (`workbench init` writes one) the node runs with authentication. Ignite 2.x
 enables authentication only when some data region is persistent, so the node gets one small persistent
@@ -10,8 +20,8 @@ afterwards only the configured login works (see `retire_default_login`).
 
 With settings.tls the thin-client connector speaks TLS only, with the stack's PKCS#12 keystore; the
 keystore password is read by the node from ``keystore.pass`` (mode 600), never written into the XML.
-Discovery and communication listen on their own configured ports and discover only their own node,
-so a second (private) node beside the main one never joins its cluster.
+Discovery and communication bind the node's own address (explicit localAddress, no port range), so
+clusters on other addresses or ports (the main stack on 127.0.0.1, a private test cluster) never meet.
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ from xml.sax.saxutils import escape
 
 from pydantic import SecretStr
 
-from workbench.clients import ignite_client
+from workbench.clients.ignite import ignite_client, server_node_count
 from workbench.config import DEFAULT_CREDENTIALS, Settings
 from workbench.errors import WorkbenchError
 from workbench.stack.java import java_command
@@ -43,6 +53,7 @@ IGNITE_XML = """\
                            http://www.springframework.org/schema/beans/spring-beans.xsd">
   <bean class="org.apache.ignite.configuration.IgniteConfiguration">
     <property name="igniteInstanceName" value="workbench"/>
+    <property name="consistentId" value="{consistent_id}"/>
     <property name="workDirectory" value="{work}"/>
     <property name="localHost" value="{host}"/>
 {authentication}    <!-- The health probe's cache is static: it starts with the node, so probing never creates a cache
@@ -70,6 +81,7 @@ IGNITE_XML = """\
           <bean class="org.apache.ignite.configuration.DataRegionConfiguration">
             <property name="name" value="default"/>
             <property name="maxSize" value="#{{4L * 1024 * 1024 * 1024}}"/>
+            <property name="persistenceEnabled" value="{persistent}"/>
           </bean>
         </property>
 {persistence}      </bean>
@@ -81,7 +93,7 @@ IGNITE_XML = """\
         <property name="localPortRange" value="0"/>
         <property name="ipFinder">
           <bean class="org.apache.ignite.spi.discovery.tcp.ipfinder.vm.TcpDiscoveryVmIpFinder">
-            <property name="addresses"><list><value>{host}:{discovery_port}</value></list></property>
+            <property name="addresses"><list>{members}</list></property>
           </bean>
         </property>
       </bean>
@@ -111,8 +123,7 @@ AUTHENTICATION_XML = """\
 """
 
 # A tiny persistent region no cache uses: it only switches on the persistent metastore (Ignite's users).
-# Small WAL segments: the metastore writes a few KB; the default (10 x 64 MB) would preallocate 640 MB.
-PERSISTENCE_XML = """\
+AUTH_REGION_XML = """\
         <property name="dataRegionConfigurations">
           <list>
             <bean class="org.apache.ignite.configuration.DataRegionConfiguration">
@@ -123,8 +134,14 @@ PERSISTENCE_XML = """\
             </bean>
           </list>
         </property>
+"""
+
+# Write-ahead log of whatever is persistent. Only the metastore: it writes a few KB, so 4 MB segments (the
+# default, 10 x 64 MB, would preallocate 640 MB). Caches too: 4 x 64 MB, the archive kept under 512 MB.
+WAL_XML = """\
         <property name="walSegments" value="4"/>
-        <property name="walSegmentSize" value="#{{4 * 1024 * 1024}}"/>
+        <property name="walSegmentSize" value="#{{{segment_mb} * 1024 * 1024}}"/>
+        <property name="maxWalArchiveSize" value="#{{{archive_mb}L * 1024 * 1024}}"/>
 """
 
 # Thin-client TLS with its own context factory; the keystore password is read from its file at start.
@@ -158,18 +175,28 @@ def _read_file_expression(path: Path) -> str:
                   {'"': "&quot;"})
 
 
-def ignite_xml(settings: Settings, data_dir: Path, health_cache: str, authentication: bool) -> str:
-    """The node's Spring configuration (authentication and TLS sections only when configured)."""
+def ignite_xml(settings: Settings, data_dir: Path, health_cache: str, authentication: bool, node: int = 0,
+               nodes: int = 1) -> str:
+    """The Spring configuration of node `node` of `nodes` (authentication, persistence and TLS sections only
+    when configured)."""
     ssl = ""
     if settings.tls:
         certs = Certificates(settings.certificates_dir())
         ssl = SSL_XML.format(keystore=_path(certs.keystore), truststore=_path(certs.truststore),
                              password=_read_file_expression(certs.keystore_password_file))
+    persistence = AUTH_REGION_XML.format() if authentication else ""
+    if settings.ignite_persistence:
+        persistence += WAL_XML.format(segment_mb=64, archive_mb=512)
+    elif authentication:
+        persistence += WAL_XML.format(segment_mb=4, archive_mb=64)
+    members = "".join(f"<value>{settings.node_host(k)}:{settings.ignite_discovery_port}</value>"
+                      for k in range(nodes))
     return IGNITE_XML.format(
-        host=settings.host, port=settings.ignite_port, work=_path(data_dir / "work"), health_cache=health_cache,
+        host=settings.node_host(node), port=settings.ignite_port, work=_path(data_dir / "work"),
+        health_cache=health_cache, consistent_id=Ignite(settings, node).node_name, members=members,
         discovery_port=settings.ignite_discovery_port, communication_port=settings.ignite_communication_port,
-        authentication=AUTHENTICATION_XML if authentication else "",
-        persistence=PERSISTENCE_XML.format() if authentication else "", ssl=ssl,
+        authentication=AUTHENTICATION_XML if authentication else "", persistence=persistence,
+        persistent=str(settings.ignite_persistence).lower(), ssl=ssl,
     )
 
 
@@ -183,6 +210,10 @@ class Ignite(Service):
         """Authentication is on whenever a login is configured (`workbench init` always writes one)."""
         return bool(self.settings.ignite_username and self.settings.ignite_password)
 
+    @classmethod
+    def node_count(cls, settings: Settings) -> int:
+        return settings.ignite_nodes
+
     def provision(self) -> None:
         maven_fetch(self.name, self.home, [
             f"org.apache.ignite:ignite-core:{self.version}",
@@ -191,18 +222,23 @@ class Ignite(Service):
         ])
 
     def launch(self) -> Launch:
-        # Nothing is kept across restarts (the persistent region holds only the users): every start
-        # begins with a clean work dir, so the login is bootstrapped again (see `bootstrap`).
-        shutil.rmtree(self.data_dir / "work", ignore_errors=True)
+        # Without native persistence nothing is kept across restarts (the persistent region holds only the
+        # users): every start begins with a clean work dir, so the login is bootstrapped again (`bootstrap`).
+        # With it the work dir is the data: kept, and so are the users.
+        work = self.data_dir / "work"
+        if not self.settings.ignite_persistence:
+            shutil.rmtree(work, ignore_errors=True)
+        fresh = not work.exists()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.data_dir / "ignite.xml"
         config.touch(mode=0o600, exist_ok=True)
         config.chmod(0o600)
-        config.write_text(ignite_xml(self.settings, self.data_dir, self.health_cache, self.authentication))
-        pending = self.data_dir / BOOTSTRAP_PENDING
-        if self.authentication:
+        config.write_text(ignite_xml(self.settings, self.data_dir, self.health_cache, self.authentication,
+                                     self.node, self.node_count(self.settings)))
+        pending = self.data_dir / BOOTSTRAP_PENDING  # the cluster's login is node 0's to bootstrap
+        if self.authentication and self.node == 0 and fresh:
             pending.touch()
-        else:
+        elif not self.authentication:
             pending.unlink(missing_ok=True)
         props = {
             "IGNITE_HOME": str(self.data_dir),
@@ -223,13 +259,17 @@ class Ignite(Service):
                 "communication": s.ignite_communication_port}
 
     def probe(self) -> Health:
-        """A put/get with the configured login (after retiring the default login of a fresh node)."""
+        """A put/get on this node with the configured login. Node 0 first retires the default login of a
+        fresh cluster and activates it once every node has joined (`activate`)."""
         if self.authentication:
-            self.bootstrap()
+            if self.node == 0:
+                self.bootstrap()
             if self._accepts_anonymous():
                 return Health(False, detail="the node runs without authentication (started before a login was "
                                             "configured): `workbench stack down ignite && workbench stack up ignite`")
-        with ignite_client(self.settings) as client:
+        with ignite_client(self.settings, node=self.node) as client:
+            if self.node == 0:
+                activate(client, self.node_count(self.settings))
             cache = client.get_cache(self.health_cache)  # static (see the XML): never created by a probe
             cache.put("probe", b"ok")
             if cache.get("probe") != b"ok":
@@ -241,7 +281,7 @@ class Ignite(Service):
         """True when a client without a login gets in (a node started without authentication)."""
         anonymous = self.settings.model_copy(update={"ignite_username": None, "ignite_password": None})
         try:
-            with ignite_client(anonymous):
+            with ignite_client(anonymous, node=self.node):
                 return True
         except WorkbenchError as exc:
             if "requires a login" in str(exc):
@@ -267,8 +307,6 @@ def retire_default_login(settings: Settings) -> bool:
     Idempotent (a user that exists gets its password set). For any node with authentication: the local
     stack runs it at each start; a compose stack can run it once its Ignite is up.
     """
-    from pyignite.datatypes import ClusterState
-
     user = settings.ignite_username
     password = settings.ignite_password.get_secret_value() if settings.ignite_password else ""
     if (user, password) == (DEFAULT_USER, DEFAULT_PASSWORD):  # dev_mode asked for the default login
@@ -280,7 +318,7 @@ def retire_default_login(settings: Settings) -> bool:
         "ignite_username": DEFAULT_USER, "ignite_password": SecretStr(DEFAULT_PASSWORD), "dev_mode": True})
     try:
         with ignite_client(default) as client:
-            client.get_cluster().set_state(ClusterState.ACTIVE)
+            activate(client, settings.ignite_nodes if settings.stack == "local" else 1)
             _set_login(client, user, password)
             if user != DEFAULT_USER:
                 _alter_user(client, DEFAULT_USER, secrets.token_urlsafe(24))  # kept nowhere
@@ -289,6 +327,21 @@ def retire_default_login(settings: Settings) -> bool:
             return False
         raise  # e.g. not up yet: the next probe tries again
     return True
+
+
+def activate(client, nodes: int) -> None:
+    """Activate an inactive cluster once `nodes` server nodes have joined it: the first activation of a
+    persistent cluster makes the nodes present its baseline topology, so it must not happen earlier.
+    (A persistent cluster whose baseline nodes all rejoin after a restart activates itself.)"""
+    from pyignite.datatypes import ClusterState
+
+    cluster = client.get_cluster()
+    if cluster.get_state() == ClusterState.ACTIVE:
+        return
+    joined = server_node_count(client)
+    if joined < nodes:
+        raise WorkbenchError(f"{joined} of {nodes} Ignite nodes have joined the cluster: activating it once all have")
+    cluster.set_state(ClusterState.ACTIVE)
 
 
 def _quoted(password: str) -> str:

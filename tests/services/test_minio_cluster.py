@@ -78,24 +78,27 @@ def test_a_node_killed_mid_epoch_loses_no_sample(cluster, dataset, loader):
     name, expected = dataset
     victim = process_of(select(cluster, [VICTIM])[0])
     seen: list[str] = []
+    keys: Counter = Counter()
+    delivered, killed_at = [0], []  # samples so far; how many had arrived when the node died
 
     def kill() -> None:
         victim.kill()
+        killed_at.append(delivered[0])
         seen.append(cluster_health(cluster).summary)
 
-    keys: Counter = Counter()
     killer: threading.Thread | None = None
     try:
         with make_loader(loader, cluster, dataset=name, via_proxy=True, **SLOW[loader]) as items:
             for n, item in enumerate(items, start=1):
                 keys[item.key] += 1
+                delivered[0] = n
                 if n == 5:
                     killer = threading.Thread(target=kill)
                     killer.start()
                 time.sleep(0.05)  # a slow consumer: most of the epoch is read with the node gone
         assert killer is not None, "the node was never killed"
         killer.join(60)
-        assert victim.pid() is None
+        assert victim.pid() is None and killed_at[0] < sum(expected.values()), "the epoch ended before the kill"
         assert seen and seen[0].startswith("degraded") and VICTIM in seen[0], seen
         store = S3Store(cluster, cluster.s3_bucket, f"degraded-{uuid.uuid4().hex[:6]}")
         store.put("written-while-degraded", b"still writable")  # 3 of 4 drives hold write quorum

@@ -92,6 +92,10 @@ class ObjectSet:
         self.use_metadata = use_metadata
         self.run = uuid.uuid4().hex[:8]
         self._parts = 0
+        # Set when this writer is one of several writing the set at once (a partition of a Spark ingest,
+        # `workbench.ingest_spark`): `write` leaves `finalize` to one call after all of them, since a finalize
+        # racing another writer's uploads could compact away journal lines it has not seen listed yet.
+        self.partition: int | None = None
 
     # --------------------------------------------------------------------------------- journal
 
@@ -176,7 +180,8 @@ class ObjectSet:
             finally:
                 if journal:
                     self._write_journal(journal)  # what finished before a failure counts on resume
-        self.finalize()
+        if self.partition is None:
+            self.finalize()
 
     def finalize(self) -> None:
         """Manifests from the full listing, then the journal compacted into one part."""

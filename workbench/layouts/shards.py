@@ -21,6 +21,11 @@ from them after every uploaded shard, so an interrupted ingest leaves an index o
 A resumed ingest numbers its shards after the highest shard or record found, so it never overwrites a
 shard (a tar left without a record by a killed writer stays unused: it is in no index).
 
+Several writers at once (the partitions of a Spark ingest, `workbench.ingest_spark`) each set `partition`:
+partition p numbers its shards in its own block, p * PARTITION_BLOCK onwards (after the highest found in the
+block), so writers never collide and a retried partition reuses its own names; the indexes are left to one
+plain `write` (of nothing) after all of them, which rebuilds them from the complete records.
+
 Samples are packed per run of consecutive samples of one split (sources yield their splits one after
 the other); a source that interleaves splits gets a partly filled shard at every switch.
 """
@@ -31,6 +36,7 @@ import dataclasses
 import json
 import logging
 import re
+import sys
 import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -74,6 +80,8 @@ SHARD_MEMORY_BUDGET = 512 * 2**20
 # Ranged reads of some samples of a shard: samples less than this apart are read in one range (the gap is
 # cheaper to transfer than another request).
 RANGE_GAP = 256 * 2**10
+# Shard numbers of one partition of a concurrent ingest: [p * PARTITION_BLOCK, (p + 1) * PARTITION_BLOCK).
+PARTITION_BLOCK = 10_000
 
 
 # ------------------------------------------------------------------------------------------------ store
@@ -112,6 +120,7 @@ class ShardSet:
         self.maxcount = maxcount
         self.workers = workers
         self.label_type = label_type
+        self.partition: int | None = None  # one of several writers at once (module docstring)
 
     # ------------------------------------------------------------------------------ reading state
 
@@ -231,8 +240,10 @@ class ShardSet:
             with ThreadPoolExecutor(min(max(1, self.workers), 4)) as pool:
                 list(pool.map(lambda sd: self._add_spans(*sd), old))
         infos = {split: [doc["info"] for doc in docs] for split, docs in complete.items()}
+        numbers = self._numbers()
         next_number = {
-            split: max([*listing.tars.get(split, {}), *listing.records.get(split, set())], default=-1) + 1
+            split: max([n for n in (*listing.tars.get(split, {}), *listing.records.get(split, set())) if n in numbers],
+                       default=numbers.start - 1) + 1
             for split in listing.splits
         }
         limit = max(1, min(self.workers, int(SHARD_MEMORY_BUDGET // self.maxsize)))
@@ -241,7 +252,8 @@ class ShardSet:
         def uploaded(result) -> None:  # runs in this thread, in completion order
             split, info, members = result
             infos.setdefault(split, []).append(info)
-            self._write_index(split, infos[split], compare=False)
+            if self.partition is None:
+                self._write_index(split, infos[split], compare=False)
             progress(len(members), sum(n for _, n in members))
 
         failed = True
@@ -258,7 +270,10 @@ class ShardSet:
                 for info, data in pack_shards(tap(run), self.maxsize, self.maxcount):
                     # pack_shards has read one sample past this shard at most: ours are the first ones.
                     members = [fifo.popleft() for _ in range(info.samples)]
-                    number = next_number.get(split, 0)
+                    number = next_number.get(split, numbers.start)
+                    if number not in numbers:
+                        raise WorkbenchError(f"partition {self.partition} of the ingest into {self.store.where} needs "
+                                             f"more than {PARTITION_BLOCK} shards: use more partitions")
                     next_number[split] = number + 1
                     info.name = SHARD_PATTERN.format(number)
                     flight.submit(self._upload, split, info, data, members, then=uploaded)
@@ -266,9 +281,15 @@ class ShardSet:
             failed = False
         finally:
             finish(flight, failed)
-            if not failed:
+            if not failed and self.partition is None:
                 for split, split_infos in infos.items():
                     self._write_index(split, split_infos)  # also repairs an index a killed writer left behind
+
+    def _numbers(self) -> range:
+        """The shard numbers this writer may use: any (the only writer), or its partition's block."""
+        if self.partition is None:
+            return range(sys.maxsize)
+        return range(self.partition * PARTITION_BLOCK, (self.partition + 1) * PARTITION_BLOCK)
 
     # ---------------------------------------------------------------------------------- reading
 

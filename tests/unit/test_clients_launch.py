@@ -22,7 +22,7 @@ from workbench.bench.clients_launch import (
     settings_env,
     stop,
 )
-from workbench.bench.clients_rank import error_file, progress_file, rank_and_world
+from workbench.bench.clients_rank import error_file, progress_file, rank_and_world, stopped_file
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 
@@ -144,6 +144,33 @@ def test_a_dead_rank_is_named(tmp_path):
     progress(tmp_path, 1, "reading", 4, pid=dead.pid)
     verdict = w.verdict(w.started + 1)
     assert verdict.startswith(f"rank 1 (pid {dead.pid}) died without an error after 4 samples")
+
+
+def test_the_rank_that_died_first_is_named_not_the_ones_stopped_after_it(tmp_path):
+    gone = []
+    for _ in range(2):
+        process = subprocess.Popen([sys.executable, "-c", "pass"])
+        process.wait()
+        gone.append(process.pid)
+    w = watch(tmp_path)
+    progress(tmp_path, 0, "reading", 3, pid=gone[0])
+    stopped_file(tmp_path, 0).write_text("stopped by the launcher\n")  # torchrun's SIGTERM after rank 1 died
+    error_file(tmp_path, 0).write_text("")  # (an empty error file is no error)
+    progress(tmp_path, 1, "gathering", 4, pid=gone[1])
+    assert w.verdict(w.started + 1).startswith("rank 1 (pid")
+
+
+def test_a_real_error_beats_the_ranks_stopped_because_of_it(tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    w = watch(tmp_path)
+    progress(tmp_path, 0, "reading", 3, pid=gone.pid)
+    stopped_file(tmp_path, 0).write_text("stopped by the launcher\n")
+    progress(tmp_path, 1, "failed", 1)
+    error_file(tmp_path, 1).write_text("rank 1: bad things\n")
+    assert w.verdict(w.started + 1) == "rank 1: bad things"
+    error_file(tmp_path, 1).unlink()
+    assert w.verdict(w.started + 1) == "rank 0 stopped by torchrun (no rank reported why)"
 
 
 def test_a_rank_that_never_starts_is_named(tmp_path):

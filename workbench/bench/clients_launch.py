@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from workbench.bench.clients_rank import error_file, read_json
+from workbench.bench.clients_rank import error_file, read_json, stopped_file
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 
@@ -170,16 +170,22 @@ class RankWatch:
         return min(files, key=lambda p: p.stat().st_mtime).read_text().strip()
 
     def verdict(self, now: float) -> str | None:
-        """None while everything is fine, else why the run must end."""
+        """None while everything is fine, else why the run must end: a rank that died on its own first (the
+        others may fail or be stopped because of it), then the earliest error a rank reported."""
         self.refresh()
+        dead = [r for r, s in sorted(self.states.items()) if s.get("host") == self.host
+                and s.get("state") != "done" and not _alive(int(s["pid"]))
+                and not error_file(self.work_dir, r).exists()]
+        culprits = [r for r in dead if not stopped_file(self.work_dir, r).exists()]  # not stopped by the launcher
+        if culprits:
+            state = self.states[culprits[0]]
+            return (f"rank {culprits[0]} (pid {state['pid']}) died without an error after {state.get('samples', 0)} "
+                    "samples (killed by a signal or out of memory?)")
         error = self.first_error()
         if error:
             return error
-        for rank, state in sorted(self.states.items()):
-            if state.get("host") == self.host and state.get("state") not in DONE_STATES \
-                    and not _alive(int(state["pid"])) and not error_file(self.work_dir, rank).exists():
-                return (f"rank {rank} (pid {state['pid']}) died without an error after {state.get('samples', 0)} "
-                        "samples (killed by a signal or out of memory?)")
+        if dead:
+            return f"rank {', '.join(map(str, dead))} stopped by {self.plan.launcher} (no rank reported why)"
         started = {r for r, s in self.states.items() if s.get("state") != "starting"}  # past the barrier
         expected = set(self.plan.local_ranks)
         if self.reading_since is None:

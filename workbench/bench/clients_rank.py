@@ -6,7 +6,8 @@ num_shards = the world size), optionally sleeping `--compute-ms` per batch (an e
 then sends what it read to rank 0, which writes every rank's result to `ranks.json` in `--work-dir`.
 
 What the launching process watches, in `--work-dir`: `rank-<r>.progress.json` (pid, host, state, samples
-so far, rewritten at most twice a second) and `rank-<r>.error` (one line, when the rank failed). A rank
+so far, rewritten at most twice a second), `rank-<r>.error` (one line, when the rank failed) and
+`rank-<r>.stopped` (its launcher stopped it: another rank failed first). A rank
 never outlives its deadline (start timeout + max seconds + a grace period) nor its launcher (PDEATHSIG).
 """
 
@@ -49,6 +50,11 @@ def write_json(path: Path, value: object) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(value))
     tmp.replace(path)
+
+
+def stopped_file(work_dir: Path, rank: int) -> Path:
+    """Written when the launcher stops this rank (SIGTERM): it died because another rank did, not on its own."""
+    return work_dir / f"rank-{rank}.stopped"
 
 
 def read_json(path: Path) -> dict | list | None:
@@ -99,6 +105,16 @@ def _die_with_launcher() -> None:
         return
     if os.getppid() == 1:  # the launcher is already gone
         os._exit(3)
+
+
+def _on_stop(marker: Path) -> None:
+    """SIGTERM (the launcher ending the run because of another rank): leave a marker, then exit at once."""
+
+    def stopped(signum: int, frame: object) -> None:
+        marker.write_text("stopped by the launcher\n")
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stopped)
 
 
 def _watchdog(seconds: float, errors: Path, rank: int) -> None:
@@ -193,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     work_dir.mkdir(parents=True, exist_ok=True)
     rank, world = rank_and_world()
     _die_with_launcher()
+    _on_stop(stopped_file(work_dir, rank))
     _watchdog(args.start_timeout + args.max_seconds + GRACE_S, error_file(work_dir, rank), rank)
     progress = Progress(work_dir, rank)
     progress.set("starting")

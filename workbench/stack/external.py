@@ -4,15 +4,22 @@
 WORKBENCH_S3_ENDPOINTS, WORKBENCH_IGNITE_ADDRESSES, WORKBENCH_TRITON_URLS; a service without a list: its one
 configured address), through the same client builders the loaders use (login, TLS, timeouts), and names each
 endpoint that does not answer with host:port and why. Nothing is started or stopped here.
+
+`bootstrap` is the one write: the first contact with a fresh cluster does what the local stack's start does and
+the operators do not (cass-operator and the MinIO operator create their logins from the Secrets that
+`workbench stack k8s` writes; Ignite has no operator).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from workbench.clients import cassandra_session, connect_ignite, ignite_options, triton_client
+from pydantic import SecretStr
+
+from workbench.clients import cassandra_session, connect_ignite, ignite_client, ignite_options, triton_client
 from workbench.clients.endpoints import (
     Address,
     TritonServer,
@@ -24,6 +31,7 @@ from workbench.clients.endpoints import (
 )
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
+from workbench.stack.ignite import DEFAULT_PASSWORD, DEFAULT_USER, activate, retire_default_login
 from workbench.stack.manager import ServiceStatus
 from workbench.storage.s3 import BotoS3Store
 
@@ -141,3 +149,34 @@ def unreachable(rows: list[ServiceStatus]) -> str:
     """One line naming every endpoint that did not answer ('' when all did)."""
     bad = [f"{row.service} {row.address}" for row in rows if not row.healthy]
     return f"not answering: {', '.join(bad)}" if bad else ""
+
+
+def _bootstrap_ignite(settings: Settings) -> str:
+    """Activate a fresh Ignite cluster once WORKBENCH_IGNITE_NODES server nodes joined (a persistent cluster's
+    baseline is then all of them), create the configured login with the default one and retire the default
+    (`retire_default_login`, as the local stack does). A cluster whose default login is refused is done already."""
+    default = settings.model_copy(update={"ignite_username": DEFAULT_USER,
+                                          "ignite_password": SecretStr(DEFAULT_PASSWORD), "dev_mode": True})
+    try:
+        with ignite_client(default) as client:
+            activate(client, settings.ignite_nodes)
+    except WorkbenchError as exc:
+        if "refused the login" not in str(exc):
+            raise
+        with ignite_client(settings):  # the configured login must work instead
+            return "Ignite: the configured login is in place already"
+    retire_default_login(settings)
+    return f"Ignite: cluster active, login '{settings.ignite_username}' created, the default login retired"
+
+
+def bootstrap(settings: Settings, wait_s: float = 0.0, interval_s: float = 5.0) -> list[str]:
+    """First contact with a fresh external cluster (idempotent); tries again until `wait_s` has passed while
+    the cluster is still forming (nodes joining, services not answering yet). Returns what it did."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return [_bootstrap_ignite(settings)]
+        except WorkbenchError:
+            if time.monotonic() + interval_s > deadline:
+                raise
+            time.sleep(interval_s)

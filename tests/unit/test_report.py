@@ -15,7 +15,7 @@ from PIL import Image
 from workbench.report import build_report, summarise
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-PLOTS = {"throughput_vs_rtt", "throughput_vs_shard_size", "batch_latency_cdf", "accelerator_utilisation",
+PLOTS = {"throughput_vs_rtt", "throughput_vs_shard_size", "batch_latency_cdf", "startup", "accelerator_utilisation",
          "loaders_by_backend"}
 LOADERS = ("cassandra", "s3-shards", "s3-objects")
 

@@ -4,6 +4,8 @@
     build_report(Path("results/my-sweep"))   # -> results/my-sweep/report/report.html
 
 Failed runs (status "error") are left out of every plot and statistic and listed with their errors.
+`build_index` writes results/index.html (every study, the GPU results, the other folders); `compare_runs` and
+`write_comparison` check that two runs of one study repeat (workbench.report.repeat).
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ from pathlib import Path
 
 from workbench.report import html, plots
 from workbench.report.data import GRID_COLUMNS, METRICS, Context, load, summarise
+from workbench.report.index import build_index
 from workbench.report.plots import Plot
+from workbench.report.repeat import Comparison, compare_runs, write_comparison
 from workbench.results import write_atomically
 
-__all__ = ["GRID_COLUMNS", "METRICS", "Context", "Plot", "build_report", "load", "make_report", "summarise"]
+__all__ = ["GRID_COLUMNS", "METRICS", "Comparison", "Context", "Plot", "build_index", "build_report", "compare_runs",
+           "load", "make_report", "summarise", "write_comparison"]
 
 
 def build_report(results_dir: Path) -> Path:

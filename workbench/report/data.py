@@ -18,12 +18,27 @@ from workbench.bench.points import AXES, SERIES_KNOBS
 from workbench.errors import WorkbenchError
 from workbench.results import PROGRESS_FILE
 
-# Every knob a sweep varies: the point's fields (workbench.bench.points) plus what run_sweep adds per point.
-GRID_COLUMNS = ("loader", "backend", *AXES, "jitter_ms")
+# Every knob a sweep varies: the point's fields (workbench.bench.points) plus what run_sweep adds per point
+# (`accelerators`, N emulated accelerators at once, when the points do not have it as an axis yet).
+GRID_COLUMNS = ("loader", "backend", *AXES, *(c for c in ("jitter_ms", "accelerators") if c not in AXES))
+TOPOLOGY_PREFIX = "topology_"  # topology columns (settings.topology()); grid columns when a sweep varies them
 METRICS = ("samples_per_s", "mb_per_s", "batches_per_s", "first_epoch_samples_per_s", "later_epochs_samples_per_s",
-           "time_to_first_batch_s", "batch_p50_ms", "batch_p95_ms", "batch_p99_ms", "accelerator_utilisation",
-           "cpu_percent", "peak_rss_mb", "workers_peak_rss_mb", "gpu_util_percent")
+           "time_to_first_batch_s", "steady_samples_per_s", "startup_fraction", "batch_p50_ms", "batch_p95_ms",
+           "batch_p99_ms", "accelerator_utilisation", "au_min", "au_mean", "cpu_percent", "peak_rss_mb",
+           "workers_peak_rss_mb", "gpu_util_percent")
 STATS = ("median", "min", "max")
+STARTUP_LIMIT = 0.05  # start-up (time to first batch) at or above this share of the measured time is flagged
+NETWORK_COLUMNS = ("rtt_ms", "bandwidth_mbps", "jitter_ms")
+
+
+def grid_columns(frame: pd.DataFrame) -> list[str]:
+    """The grid columns of this frame: GRID_COLUMNS it has, plus the topology columns it varies."""
+    keys = [c for c in GRID_COLUMNS if c in frame.columns]
+    topology = [c for c in frame.columns if str(c).startswith(TOPOLOGY_PREFIX)
+                and frame[c].astype(str).nunique(dropna=False) > 1]
+    return keys + topology
+
+
 def is_local_backend(name: str) -> bool:
     """A backend read with no toxiproxy in between (its descriptor's proxy is None): RTT does not apply to it.
 
@@ -39,7 +54,7 @@ def summarise(frame: pd.DataFrame) -> pd.DataFrame:
     `runs_ok` and `runs_failed` count the repetitions; a point whose runs all failed keeps its row
     with NaN metrics. Rows are in sweep order (point_id) when the frame has it.
     """
-    keys = [c for c in GRID_COLUMNS if c in frame.columns]
+    keys = grid_columns(frame)
     if not keys:
         raise ValueError("no grid columns (loader, rtt_ms, ...) in the results frame")
     data = frame.copy()
@@ -87,20 +102,76 @@ def is_missing(value: Any) -> bool:
 
 @dataclass
 class Ceilings:
-    """Raw-client ceilings (`workbench bench loaders` rows named ceiling:<backend>) and where they came from."""
+    """Native ceilings (rows named ceiling:<backend>) and where they came from: this sweep, or another run."""
 
     rows: pd.DataFrame
     source: str
     note: str = ""
 
-    def of(self, backend: str, rtt_ms: float, concurrency: Any = None) -> float:
-        match = self.rows[(self.rows["backend"] == backend) & self.rows["rtt_ms"].map(lambda r: _equal(r, rtt_ms))]
-        if match.empty:
+    @property
+    def in_run(self) -> bool:
+        """Measured in this sweep, at its own network points (else another run: other data, other time)."""
+        return self.source == THIS_SWEEP
+
+    @property
+    def backends(self) -> list[str]:
+        return sorted(set(self.rows["backend"].astype(str)))
+
+    def _ok(self) -> pd.DataFrame:
+        rows = self.rows
+        if "status" in rows.columns:
+            rows = rows[rows["status"].astype(str) == "ok"]
+        return rows[pd.to_numeric(rows["samples_per_s"], errors="coerce").notna()]
+
+    def of(self, backend: str, rtt_ms: float, concurrency: Any = None, point: Any = None) -> float:
+        """The backend's ceiling at this network point (samples/s, median over repetitions), NaN without one.
+
+        Network columns must match (a column the ceiling rows lack, or a missing value, matches any); the same
+        concurrency and shard layout are preferred when measured, else the best ceiling measured at that point.
+        """
+        wanted = {"rtt_ms": rtt_ms, "concurrency": concurrency}
+        if point is not None:
+            wanted |= {c: point[c] for c in (*NETWORK_COLUMNS, "concurrency", "shard_maxcount", "shard_maxsize")
+                       if c in point}
+        rows = self._ok()
+        rows = rows[rows["backend"].astype(str) == backend]
+        for column in NETWORK_COLUMNS:
+            value = wanted.get(column)
+            if column in rows.columns and not is_missing(value):
+                rows = rows[rows[column].map(lambda v, value=value: is_missing(v) or _equal(v, value))]
+        for column in ("concurrency", "shard_maxcount", "shard_maxsize"):
+            value = wanted.get(column)
+            if column in rows.columns and not is_missing(value):
+                same = rows[rows[column].map(lambda v, value=value: _equal(v, value))]
+                rows = same if not same.empty else rows
+        if rows.empty:
             return float("nan")
-        if concurrency is not None and "concurrency" in match.columns:
-            same = match[match["concurrency"].map(lambda c: _equal(c, concurrency))]
-            match = same if not same.empty else match
-        return float(match["samples_per_s"].iloc[-1])
+        keys = [c for c in ("concurrency", "shard_maxcount", "shard_maxsize") if c in rows.columns]
+        rates = pd.to_numeric(rows["samples_per_s"], errors="coerce")
+        if not keys:
+            return float(rates.median())
+        return float(rates.groupby([rows[k].astype(str) for k in keys], dropna=False).median().max())
+
+    def program(self, backend: str) -> str:
+        """What measured the ceiling (`ceiling_program`, e.g. go/minio-go), or "" when the rows do not say."""
+        if "ceiling_program" not in self.rows.columns:
+            return ""
+        values = self.rows[self.rows["backend"].astype(str) == backend]["ceiling_program"].dropna().astype(str)
+        return ", ".join(sorted({v for v in values if v}))
+
+    def table(self) -> pd.DataFrame:
+        """One row per measured ceiling point: median/min/max samples/s and the repetitions."""
+        rows = self._ok().copy()
+        rows["samples_per_s"] = pd.to_numeric(rows["samples_per_s"], errors="coerce")
+        keys = [c for c in ("backend", "ceiling_program", *NETWORK_COLUMNS, "concurrency", "shard_maxcount")
+                if c in rows.columns]
+        if rows.empty:
+            return pd.DataFrame(columns=[*keys, "samples/s"])
+        out = rows.groupby(keys, dropna=False, sort=True)["samples_per_s"].agg(["median", "min", "max", "count"])
+        return out.rename(columns={"median": "samples/s", "min": "min", "max": "max", "count": "runs"}).reset_index()
+
+
+THIS_SWEEP = "this sweep"
 
 
 def _ceiling_frame(rows: list[dict]) -> pd.DataFrame | None:
@@ -115,11 +186,12 @@ def _ceiling_frame(rows: list[dict]) -> pd.DataFrame | None:
 
 
 def load_ceilings(results_dir: Path, frame: pd.DataFrame) -> Ceilings | None:
-    """Ceiling rows from the sweep itself, a bench-loaders JSON in its folder, or the newest in ../bench-loaders."""
+    """Ceiling rows from the sweep itself; without them (older sweeps), a bench-loaders JSON in its folder or
+    the newest in ../bench-loaders, which is another run (`Ceilings.in_run` is False and the report says so)."""
     if "loader" in frame.columns:
         own = _ceiling_frame(frame[frame["loader"].astype(str).str.startswith(CEILING_PREFIX)].to_dict("records"))
         if own is not None:
-            return Ceilings(own, "this sweep")
+            return Ceilings(own, THIS_SWEEP)
     skip = {"config.json", "environment.json", PROGRESS_FILE}
     here = sorted((p for p in results_dir.glob("*.json") if p.name not in skip), key=lambda p: p.stat().st_mtime)
     sibling = results_dir.parent / "bench-loaders"
@@ -150,7 +222,8 @@ class Context:
     config: dict
     environment: dict
     ceilings: Ceilings | None
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # warnings shown at the top of the page (INCOMPLETE, ...)
+    remarks: list[str] = field(default_factory=list)  # what to keep in mind when reading the numbers
 
     @property
     def name(self) -> str:
@@ -159,6 +232,11 @@ class Context:
         if "sweep" in self.runs.columns and len(self.runs):
             return str(self.runs["sweep"].iloc[0])
         return self.results_dir.name
+
+    @property
+    def question(self) -> str:
+        """The one question a study answers (its config's `question:`), "" for a plain sweep."""
+        return str(self.config.get("question") or "").strip()
 
     def values(self, column: str, frame: pd.DataFrame | None = None) -> list:
         """The distinct non-missing values of a column, sorted."""
@@ -199,13 +277,30 @@ class Context:
         """Loader knobs this sweep varies: each value gets its own line."""
         return [k for k in SERIES_KNOBS if len(self.values(k)) > 1]
 
-    def at_layout(self, frame: pd.DataFrame) -> pd.DataFrame:
+    @property
+    def accelerators(self) -> list:
+        """The numbers of emulated accelerators running at once that this sweep measured (empty: none)."""
+        return self.values("accelerators")
+
+    @property
+    def topology_columns(self) -> list[str]:
+        """Topology columns this sweep varies (nodes, ranks, ...): each value is a point of its own."""
+        return [c for c in self.summary.columns if str(c).startswith(TOPOLOGY_PREFIX)]
+
+    def setup(self, accelerators: bool = True) -> tuple[tuple[str, Any], ...]:
+        """What the non-scaling plots hold fixed: the fewest accelerators and the first topology."""
+        fixed = [(c, self.values(c)[0]) for c in self.topology_columns if self.values(c)]
+        if accelerators and self.accelerators:
+            fixed.append(("accelerators", self.accelerators[0]))
+        return tuple(fixed)
+
+    def at_layout(self, frame: pd.DataFrame, accelerators: bool = True) -> pd.DataFrame:
         """Rows of the baseline bandwidth and shard layout (rows without a layout always pass that test)."""
         count, size = self.layout
-        return self._at(self.at_bandwidth(frame), (("shard_maxcount", count), ("shard_maxsize", size)))
+        return self._at(self.at_bandwidth(frame, accelerators), (("shard_maxcount", count), ("shard_maxsize", size)))
 
-    def at_bandwidth(self, frame: pd.DataFrame) -> pd.DataFrame:
-        return self._at(frame, (("bandwidth_mbps", self.bandwidth),))
+    def at_bandwidth(self, frame: pd.DataFrame, accelerators: bool = True) -> pd.DataFrame:
+        return self._at(frame, (("bandwidth_mbps", self.bandwidth), *self.setup(accelerators)))
 
     @staticmethod
     def _at(frame: pd.DataFrame, fixed: tuple[tuple[str, Any], ...]) -> pd.DataFrame:
@@ -224,18 +319,18 @@ class Context:
         """The baseline layout and no (or the least) emulated compute."""
         return self.at_compute(self.at_layout(frame), self.compute_free)
 
-    def label(self, row: Any) -> str:
-        """A line's name: the loader, plus the varied loader knobs."""
-        knobs = [f"{SERIES_KNOBS[k]}={_fmt_knob(row[k])}" for k in self.series_knobs if k in row]
+    def label(self, row: Any, exclude: tuple[str, ...] = ()) -> str:
+        """A line's name: the loader, plus the varied loader knobs (but those in `exclude`)."""
+        knobs = [f"{SERIES_KNOBS[k]}={_fmt_knob(row[k])}" for k in self.series_knobs if k in row and k not in exclude]
         return f"{row['loader']}" + (f" [{', '.join(knobs)}]" if knobs else "")
 
-    def series(self, frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
-        """The frame split into lines (label -> rows), in loader order."""
+    def series(self, frame: pd.DataFrame, exclude: tuple[str, ...] = ()) -> dict[str, pd.DataFrame]:
+        """The frame split into lines (label -> rows), in loader order; `exclude`: knobs that are not lines."""
         if frame.empty:
             return {}
-        labels = frame.apply(self.label, axis=1)
+        labels = frame.apply(self.label, axis=1, exclude=exclude)
         order = {name: i for i, name in enumerate(self.loaders)}
-        knobs = [k for k in self.series_knobs if k in frame.columns]
+        knobs = [k for k in self.series_knobs if k in frame.columns and k not in exclude]
         first = frame.groupby(labels, sort=False).first()
 
         def key(label: str) -> tuple:
@@ -341,6 +436,16 @@ def load(results_dir: Path) -> Context:
     for column in ("loader", "backend"):
         if column not in runs.columns:
             runs[column] = "?"
+    remarks = []
+    if "startup_fraction" not in runs.columns and {"time_to_first_batch_s", "seconds"} <= set(runs.columns):
+        seconds = pd.to_numeric(runs["seconds"], errors="coerce")
+        runs["startup_fraction"] = pd.to_numeric(runs["time_to_first_batch_s"], errors="coerce") / seconds
+        remarks.append("These results predate the start-up columns: the start-up share is estimated as the first "
+                       "epoch's time to first batch over the run's measured time (later epochs' start-ups are "
+                       "not counted).")
+    if "steady_samples_per_s" not in runs.columns:
+        remarks.append("These results record no steady-state rate (samples/s after the first batch): their rates "
+                       "include start-up.")
     is_ceiling = runs["loader"].astype(str).str.startswith(CEILING_PREFIX)
     loaders = runs[~is_ceiling]
     ok = loaders[loaders["status"] == "ok"].copy()
@@ -349,6 +454,7 @@ def load(results_dir: Path) -> Context:
     context = Context(results_dir, runs, ok, failed, summary, _read_json(results_dir / "config.json"),
                       _read_json(results_dir / "environment.json"), None)
     context.ceilings = load_ceilings(results_dir, runs)
+    context.remarks.extend(remarks)
     progress = _read_json(results_dir / PROGRESS_FILE)
     if isinstance(progress, dict) and not progress.get("complete", True):
         context.notes.append(f"INCOMPLETE: the sweep stopped after {progress.get('runs_done')} of "

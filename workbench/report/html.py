@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.bench.points import AXES
-from workbench.report.data import Context, is_missing
+from workbench.report.data import STARTUP_LIMIT, Context, is_missing
 from workbench.report.plots import Plot
 
 STYLE = """
@@ -29,7 +29,8 @@ th { background: #f3f3f3; position: sticky; top: 0; } td.text, th.text { text-al
 td.error { text-align: left; white-space: normal; max-width: 700px; font-family: monospace; }
 tr:nth-child(even) td { background: #fafafa; }
 pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.8em; }
-.failed { color: #a00; }
+.failed { color: #a00; } td.warn { background: #fff1d6 !important; }
+.question { font-size: 1.1em; }
 """
 
 # summary column -> header in the all-points table (metric columns: "<metric>_median" etc.)
@@ -40,9 +41,13 @@ POINT_METRICS = (
     ("batch_p95_ms", "p95 ms", 2),
     ("batch_p99_ms", "p99 ms", 2),
     ("time_to_first_batch_s", "TTFB s", 3),
+    ("steady_samples_per_s", "steady samples/s", 1),
+    ("startup_fraction", "start-up share", 3),
     ("first_epoch_samples_per_s", "1st epoch samples/s", 1),
     ("later_epochs_samples_per_s", "later epochs samples/s", 1),
     ("accelerator_utilisation", "AU", 3),
+    ("au_min", "AU least busy", 3),
+    ("au_mean", "AU mean", 3),
     ("cpu_percent", "CPU %", 0),
     ("peak_rss_mb", "peak RSS MB", 0),
 )
@@ -115,14 +120,21 @@ def points_table(ctx: Context) -> str:
         failed = int(row.get("runs_failed", 0) or 0)
         cells += [_cell(int(row.get("runs_ok", 0) or 0), 0), _cell(failed, 0, "failed" if failed else "")]
         for metric, _, digits in metrics:
-            cells.append(_cell(row[f"{metric}_median"], digits))
+            value = row[f"{metric}_median"]
+            if metric == "startup_fraction" and not is_missing(value) and value >= STARTUP_LIMIT:
+                cells.append(f'<td class="warn" title="start-up >= {STARTUP_LIMIT:.0%} of the measured time">'
+                             f"{escape(fmt(value, digits))} ⚠</td>")
+                continue
+            cells.append(_cell(value, digits))
             if metric == "samples_per_s":
                 cells += [_cell(row["samples_per_s_min"], digits), _cell(row["samples_per_s_max"], digits)]
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return (f"<table><thead><tr>{''.join(head)}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
             "<p class=\"caption\">Medians over each point's successful repetitions (samples/s also min and max). "
-            "TTFB: time to the first measured batch of the first epoch; AU: accelerator utilisation with "
-            "emulated compute.</p>")
+            "TTFB: time to the first measured batch of the first epoch; steady: the rate after the first batch; "
+            f"start-up share: TTFB over the measured time (⚠ at or above {STARTUP_LIMIT:.0%}: the rate includes "
+            "start-up); AU: accelerator utilisation with emulated compute (least busy and mean of N "
+            "accelerators running at once, when measured).</p>")
 
 
 def failed_table(ctx: Context) -> str:
@@ -169,7 +181,9 @@ def render(ctx: Context, plots: list[Plot]) -> str:
 <style>{STYLE}</style></head><body>
 <h1>Sweep {escape(ctx.name)}</h1>
 {"".join(f'<p class="failed"><b>{escape(note)}</b></p>' for note in ctx.notes)}
+{f'<p class="question">Question: {escape(ctx.question)}</p>' if ctx.question else ""}
 <p class="caption">{escape(ctx.caption())}</p>
+{"".join(f'<p class="note">{escape(remark)}</p>' for remark in ctx.remarks)}
 <p>{runs} run(s) over {len(ctx.summary)} point(s), <span class="{'failed' if failed else ''}">{failed} failed</span>.
 Loaders: {escape(loaders)}. Source: <code>{escape(str(ctx.results_dir))}</code>;
 per-point statistics in <a href="../summary.csv">summary.csv</a>.</p>

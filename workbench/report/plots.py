@@ -20,7 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from workbench.bench.metrics import max_accelerators
-from workbench.report.data import Context, is_local_backend, is_missing
+from workbench.report import little
+from workbench.report.data import STARTUP_LIMIT, Context, is_local_backend, is_missing
 
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -128,6 +129,10 @@ def _slice_text(ctx: Context, compute: bool = True, layout: bool = True) -> str:
     count, size = ctx.layout
     if layout and (len(ctx.values("shard_maxcount")) > 1 or len(ctx.values("shard_maxsize")) > 1):
         parts.append(f"shard layout maxcount {count:g}, maxsize {size / 1e6:g} MB")
+    for column, value in ctx.setup(accelerators=compute):
+        if len(ctx.values(column)) > 1:
+            name = "emulated accelerators" if column == "accelerators" else column.removeprefix("topology_")
+            parts.append(f"{name} {_fmt_tick(value) if isinstance(value, int | float) else value}")
     return ("Points shown: " + ", ".join(parts) + ".") if parts else ""
 
 
@@ -147,42 +152,198 @@ def _usable(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 # --- 1. throughput vs RTT ------------------------------------------------------------------------------
 
+AUTO_MARKER = "*"
+
+
+def _is_auto(rows: pd.DataFrame) -> bool:
+    return "concurrency" in rows.columns and bool(len(rows)) and rows["concurrency"].astype(str).eq("auto").all()
+
+
 def throughput_vs_rtt(ctx: Context, out: Path) -> Plot:
     plot = Plot("throughput_vs_rtt", "Throughput vs round-trip time",
-                "Samples/s per loader (median over repetitions, bars from min to max) against the RTT toxiproxy "
-                "adds to every request; below, each loader's rate as a fraction of its own 0 ms rate.")
+                "Samples/s (median over repetitions, bars from min to max) against the RTT toxiproxy adds to every "
+                "request. Dashed: Little's law, at most (requests in flight x samples per request) / RTT, in the "
+                "colour of the line it bounds (grey when it bounds several); dotted with crosses: the backend's "
+                "native ceiling measured in this run; stars: concurrency 'auto' (w = the window it settled on). "
+                "Below, each line's rate as a fraction of its own 0 ms rate. One panel per loader when the sweep "
+                "varies a loader knob.")
     data = _usable(ctx.baseline(ctx.summary), "samples_per_s")
     if data.empty:
         plot.note = "no successful runs: nothing to plot"
         return plot
     rtts = ctx.values("rtt_ms", data)
-    fig = _figure(9, 7.5)
-    ax, ratio_ax = fig.subplots(2, 1, sharex=True, height_ratios=[3, 2])
     groups = ctx.series(data)
-    styles = _styles(ctx, list(groups))
+    loaders = list(dict.fromkeys(str(rows["loader"].iloc[0]) for rows in groups.values()))
+    per_loader = len(loaders) > 1 and len(groups) > len(loaders)
+    panels = [{k: v for k, v in groups.items() if v["loader"].iloc[0] == loader} for loader in loaders] \
+        if per_loader else [groups]
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig = _figure(9 if not per_loader else 5.4 * ncols, 7.5 if not per_loader else 6.2 * nrows)
+    figures = list(np.atleast_1d(fig.subfigures(nrows, ncols, squeeze=False).ravel())) if per_loader else [fig]
+    windows = _auto_windows(ctx)
     base_rtt = 0.0 if 0.0 in rtts else rtts[0]
-    for label, rows in groups.items():
-        rows = rows.sort_values("rtt_ms")
-        median, yerr = _errors(rows, "samples_per_s")
-        ax.errorbar(rows["rtt_ms"], median, yerr=yerr, capsize=3, label=label, **styles[label])
-        base = rows[rows["rtt_ms"] == base_rtt]["samples_per_s_median"]
-        if len(base) and base.iloc[0] > 0:
-            ratio_ax.plot(rows["rtt_ms"], median / base.iloc[0], **styles[label])
-    note = _rtt_axis(ratio_ax, rtts)
-    log_y = _log_y_if_wide(ax, data["samples_per_s_median"])
-    ax.set_ylabel("samples/s" + (" (log)" if log_y else ""))
-    ax.set_title(f"Throughput vs RTT: median of {_reps(ctx)} run(s), bars min..max")
-    ax.grid(True, alpha=0.3)
-    _legend(fig, ax, inside=12)
-    ratio_ax.axhline(1.0, color="0.5", linewidth=0.8)
-    ratio_ax.set_ylabel(f"ratio to own {base_rtt:g} ms rate")
-    ratio_ax.set_xlabel("round-trip time added by toxiproxy (ms)" + (", symlog" if "symlog" in note else ""))
-    ratio_ax.grid(True, alpha=0.3)
+    drawn, axis_note, ceiling_missing = [], "", []
+    for sub, members in zip(figures, panels, strict=False):
+        ax, ratio_ax = sub.subplots(2, 1, sharex=True, height_ratios=[3, 2])
+        styles = _variant_styles(members) if per_loader else _styles(ctx, list(members))
+        for label, rows in members.items():
+            rows = rows.sort_values("rtt_ms")
+            median, yerr = _errors(rows, "samples_per_s")
+            style = dict(styles[label])
+            if _is_auto(rows):
+                style.update(marker=AUTO_MARKER, markersize=11)
+            name = _knobs_only(label) if per_loader else label
+            ax.errorbar(rows["rtt_ms"], median, yerr=yerr, capsize=3, label=name, **style)
+            for rtt, value in zip(rows["rtt_ms"], median, strict=True):
+                if (label, rtt) in windows:
+                    ax.annotate(f"w={windows[label, rtt]:g}", (rtt, value), textcoords="offset points",
+                                xytext=(5, 4), fontsize=7, color=style["color"])
+            base = rows[rows["rtt_ms"] == base_rtt]["samples_per_s_median"]
+            if len(base) and base.iloc[0] > 0:
+                ratio_ax.plot(rows["rtt_ms"], median / base.iloc[0], **style)
+        axis_note = _rtt_axis(ratio_ax, rtts)
+        ceiling_missing += _ceiling_lines(ctx, ax, pd.concat(members.values()), rtts,
+                                          colour=None if not per_loader else "black")
+        if per_loader:
+            ax.set_title(str(next(iter(members.values()))["loader"].iloc[0]), fontsize=11)
+        ratio_ax.axhline(1.0, color="0.5", linewidth=0.8)
+        ratio_ax.set_ylabel(f"ratio to own {base_rtt:g} ms rate")
+        ratio_ax.set_xlabel("RTT added by toxiproxy (ms)" + (", symlog" if "symlog" in axis_note else ""))
+        ratio_ax.grid(True, alpha=0.3)
+        drawn.append((ax, members, styles))
+    bottom = min(a.get_ylim()[0] for a, _, _ in drawn)
+    top = max(a.get_ylim()[1] for a, _, _ in drawn)
+    log_y = _log_y_if_wide(drawn[0][0], [*data["samples_per_s_median"], bottom, top])
+    texts, hidden = [], []
+    for ax, members, styles in drawn:
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_ylim(*(ax.get_ylim() if not per_loader else (max(bottom, 1e-3) if log_y else bottom, top)))
+        found_texts, found_hidden = _little_lines(ctx, ax, members, styles, rtts)
+        texts += found_texts
+        hidden += found_hidden
+        ax.set_ylabel("samples/s" + (" (log)" if log_y else ""))
+        ax.grid(True, alpha=0.3)
+        if per_loader:
+            ax.legend(fontsize=7, loc="lower left")
+    if not per_loader:
+        drawn[0][0].set_title(f"Throughput vs RTT: median of {_reps(ctx)} run(s), bars min..max")
+        _legend(fig, drawn[0][0], inside=14)
+    else:
+        fig.suptitle(f"Throughput vs RTT per loader: median of {_reps(ctx)} run(s), bars min..max")
     plot.path = _save(fig, ctx, out, plot.name)
-    plot.note = " ".join(n for n in (_slice_text(ctx), note + "." if note else "", _local_note(ctx, data)) if n)
+    bound_note = ("Little's-law lines: " + "; ".join(texts) + ". ") if texts else ""
+    bound_note += "A request is, per loader: " + little.describe(loaders) + "."
+    if hidden:
+        bound_note += f" Above the plotted range everywhere (not binding here): {', '.join(hidden)}."
+    ceiling_note = _ceiling_note(ctx, sorted(set(ceiling_missing)))
+    plot.note = " ".join(n for n in (_slice_text(ctx), axis_note + "." if axis_note else "", _local_note(ctx, data),
+                                     bound_note, ceiling_note) if n)
     if base_rtt != 0.0:
         plot.note += f" The sweep has no 0 ms point: ratios are to each loader's {base_rtt:g} ms rate."
     return plot
+
+
+def _knobs_only(label: str) -> str:
+    return label.split(" [", 1)[1].rstrip("]") if " [" in label else label
+
+
+def _variant_styles(members: dict[str, pd.DataFrame]) -> dict[str, dict]:
+    """Within one loader's panel: a colour and marker per variant (concurrency 8, 32, ...)."""
+    import matplotlib
+
+    palette = matplotlib.colormaps["tab10"]
+    return {label: {"color": palette(i % 10), "linestyle": "-", "marker": MARKERS[i % len(MARKERS)]}
+            for i, label in enumerate(members)}
+
+
+def _auto_windows(ctx: Context) -> dict[tuple[str, float], float]:
+    """(line label, RTT) -> the median final window of the 'auto' runs there (the depth auto settled on)."""
+    runs = ctx.baseline(ctx.ok)
+    if "window" not in runs.columns or "concurrency" not in runs.columns:
+        return {}
+    out = {}
+    for label, rows in ctx.series(runs).items():
+        if not _is_auto(rows):
+            continue
+        for rtt, at in rows.groupby("rtt_ms"):
+            window = pd.to_numeric(at["window"], errors="coerce").median()
+            if math.isfinite(window):
+                out[label, float(rtt)] = float(window)
+    return out
+
+
+def _little_lines(ctx: Context, ax: Any, groups: dict[str, pd.DataFrame], styles: dict[str, dict],
+                  rtts: list[float]) -> tuple[list[str], list[str]]:
+    """One dashed line per distinct samples-in-flight W·k, y = W·k / RTT, in the colour of the line it bounds
+    (grey when several share it); returns what each line is and which are above the plotted range."""
+    positive = [r for r in rtts if r > 0]
+    bounds: dict[float, tuple[little.Bound, list[str]]] = {}
+    for label, rows in groups.items():
+        found = little.bound(_point_row(ctx, rows.iloc[0]))
+        if found is not None and positive:
+            bounds.setdefault(found.samples_in_flight, (found, []))[1].append(label)
+    bottom, top = ax.get_ylim()
+    x = np.geomspace(min(positive), max(positive), 200) if positive else np.array([])
+    texts, hidden, labelled = [], [], False
+    for samples, (found, labels) in sorted(bounds.items()):
+        y = samples / (x / 1000)
+        words = f"{found.in_flight} in flight x {found.per_request:g} sample(s) per request"
+        texts.append(f"{words} ({', '.join(labels)}): {samples:g} samples / RTT")
+        if y[-1] > top:
+            hidden.append(f"{samples:g} samples / RTT")
+            continue
+        colour = styles[labels[0]]["color"] if len(labels) == 1 else "0.45"
+        ax.plot(x, y, color=colour, linestyle=(0, (5, 3)), linewidth=1.1,
+                marker="_" if len(x) and x[0] == x[-1] else None, markersize=18)
+        if not labelled:  # one grey legend entry for all the bounds
+            ax.plot([], [], color="0.45", linestyle=(0, (5, 3)), linewidth=1.1, label="Little's law: W x k / RTT")
+            labelled = True
+        visible = np.flatnonzero(y <= top)
+        at = x[visible[0]] if len(visible) else x[-1]
+        ax.annotate(f"{found.in_flight}x{found.per_request:g}/RTT", (at, min(samples / (at / 1000), top)),
+                    textcoords="offset points", xytext=(3, -9), fontsize=7, color=colour)
+    ax.set_ylim(bottom, top)
+    return texts, hidden
+
+
+def _point_row(ctx: Context, row: pd.Series) -> dict:
+    """A summary row plus the data description the bound needs (count, mean size: config, else the runs)."""
+    data = ctx.config.get("data", {}) if isinstance(ctx.config.get("data"), dict) else {}
+    out = dict(row)
+    for column, key in (("data_count", "count"), ("data_mean_kb", "mean_kb")):
+        if key in data:
+            out.setdefault(column, data[key])
+        elif column in ctx.runs.columns:
+            out.setdefault(column, ctx.runs[column].dropna().iloc[0] if ctx.runs[column].notna().any() else None)
+    return out
+
+
+def _ceiling_lines(ctx: Context, ax: Any, data: pd.DataFrame, rtts: list[float], colour: Any = None) -> list[str]:
+    """Each backend's native ceiling against RTT, when measured in this run; returns the backends without one."""
+    backends = list(dict.fromkeys(data["backend"].astype(str)))
+    if ctx.ceilings is None or not ctx.ceilings.in_run:
+        return backends
+    missing = []
+    for backend in backends:
+        first = data[data["backend"].astype(str) == backend].iloc[0].to_dict()
+        values = [ctx.ceilings.of(backend, rtt, point={**first, "rtt_ms": rtt}) for rtt in rtts]
+        if not any(math.isfinite(v) for v in values):
+            missing.append(backend)
+            continue
+        program = ctx.ceilings.program(backend)
+        ax.plot(rtts, values, color=colour or ctx.colour(backend), linestyle=":", linewidth=1.2, marker="x",
+                markersize=7, label=f"ceiling: {backend}" + (f" ({program})" if program else ""))
+    return missing
+
+
+def _ceiling_note(ctx: Context, missing: list[str]) -> str:
+    if ctx.ceilings is None or not ctx.ceilings.in_run:
+        other = f" (ceilings of another run, {ctx.ceilings.source}, are in the by-backend plot)" if ctx.ceilings \
+            else ""
+        return f"This sweep measured no native ceilings (no ceiling:<backend> rows){other}."
+    return "Native ceilings measured in this run" + (f"; none for {', '.join(missing)}." if missing else ".")
 
 
 def _reps(ctx: Context) -> str:
@@ -325,11 +486,168 @@ def latency_cdfs(ctx: Context, out: Path) -> Plot:
     return plot
 
 
+# --- 3b. start-up vs steady state ----------------------------------------------------------------------
+
+def startup_flags(ctx: Context) -> pd.DataFrame:
+    """Points whose start-up (time to first batch) is >= STARTUP_LIMIT of their measured time, with the note the
+    sweep recorded; their rates include connection set-up, not only steady reading."""
+    summary = ctx.summary
+    if "startup_fraction_median" not in summary.columns:
+        return summary.iloc[0:0]
+    flagged = summary[summary["startup_fraction_median"] >= STARTUP_LIMIT]
+    columns = [c for c in ("point_id", "loader", "backend", "rtt_ms", "bandwidth_mbps", "concurrency", "accelerators",
+                           "shard_maxcount", "compute_ms") if c in flagged.columns and len(ctx.values(c)) > 0]
+    out = flagged[columns].copy()
+    metric = {"time_to_first_batch_s_median": "TTFB s", "startup_fraction_median": "start-up share",
+              "samples_per_s_median": "samples/s", "steady_samples_per_s_median": "steady samples/s"}
+    for column, header in metric.items():
+        if column in flagged.columns:
+            out[header] = flagged[column]
+    if "startup_note" in ctx.ok.columns and "point_id" in flagged.columns:
+        notes = ctx.ok.groupby("point_id")["startup_note"].agg(
+            lambda v: "; ".join(dict.fromkeys(str(n) for n in v if isinstance(n, str) and n)))
+        out["note"] = flagged["point_id"].map(notes).fillna("")
+    return out.reset_index(drop=True)
+
+
+def startup(ctx: Context, out: Path) -> Plot:
+    plot = Plot("startup", "Start-up vs steady state",
+                "Left: time to the first batch (connection set-up, listing, the first round trips). Right: that "
+                f"start-up as a share of the run's measured time; at or above the {STARTUP_LIMIT:.0%} line a point's "
+                "rate says more about start-up than about steady reading (ringed, and listed below).")
+    data = _usable(ctx.baseline(ctx.summary), "startup_fraction")
+    if data.empty:
+        plot.note = "skipped: these results record no time to first batch."
+        return plot
+    rtts = ctx.values("rtt_ms", data)
+    fig = _figure(12, 4.6)
+    ttfb_ax, share_ax = fig.subplots(1, 2, sharex=True)
+    groups = ctx.series(data)
+    styles = _styles(ctx, list(groups))
+    for label, rows in groups.items():
+        rows = rows.sort_values("rtt_ms")
+        if "time_to_first_batch_s_median" in rows.columns:
+            median, yerr = _errors(rows, "time_to_first_batch_s")
+            ttfb_ax.errorbar(rows["rtt_ms"], median, yerr=yerr, capsize=3, label=label, **styles[label])
+        share = rows["startup_fraction_median"].to_numpy(dtype=float) * 100
+        share_ax.plot(rows["rtt_ms"], share, **styles[label])
+        high = share >= STARTUP_LIMIT * 100
+        share_ax.plot(rows["rtt_ms"][high], share[high], linestyle="none", marker="o", markersize=13,
+                      markerfacecolor="none", markeredgecolor="red", markeredgewidth=1.3)
+    share_ax.axhline(STARTUP_LIMIT * 100, color="red", linestyle="--", linewidth=1,
+                     label=f"{STARTUP_LIMIT:.0%} of measured time")
+    for ax in (ttfb_ax, share_ax):
+        note = _rtt_axis(ax, rtts)
+        ax.set_xlabel("round-trip time added by toxiproxy (ms)")
+        ax.grid(True, alpha=0.3)
+    log_y = _log_y_if_wide(ttfb_ax, data.get("time_to_first_batch_s_median", pd.Series(dtype=float)))
+    ttfb_ax.set_ylabel("time to first batch (s" + (", log)" if log_y else ")"))
+    share_ax.set_ylabel("start-up share of measured time (%)")
+    share_ax.set_ylim(bottom=0)
+    _legend(fig, [ttfb_ax, share_ax], inside=12)
+    plot.path = _save(fig, ctx, out, plot.name)
+    flagged = startup_flags(ctx)
+    total = len(_usable(ctx.summary, "startup_fraction"))
+    plot.note = " ".join(n for n in (
+        f"{len(flagged)} of {total} point(s) spent >= {STARTUP_LIMIT:.0%} of their measured time starting up."
+        if total else "", _slice_text(ctx), note + "." if note else "") if n)
+    if len(flagged):
+        plot.tables.append((f"Points whose start-up is >= {STARTUP_LIMIT:.0%} of the measured time", flagged))
+    return plot
+
+
 # --- 4. accelerator utilisation vs emulated accelerators -----------------------------------------------
 
 def accelerator_utilisation(ctx: Context, out: Path) -> Plot:
-    plot = Plot("accelerator_utilisation", "Accelerator utilisation vs number of emulated accelerators",
-                "From each loader's compute-free batch rate R (batches/s, runs with compute_ms = 0) and a compute "
+    """Measured AU against N when the sweep ran N emulated accelerators at once; else the formula's estimate."""
+    if not measured_au_rows(ctx).empty:
+        return measured_accelerator_utilisation(ctx, out)
+    return estimated_accelerator_utilisation(ctx, out)
+
+
+def measured_au_rows(ctx: Context) -> pd.DataFrame:
+    frame = ctx.at_layout(ctx.summary, accelerators=False)
+    if "accelerators" not in frame.columns:
+        return frame.iloc[0:0]
+    frame = _usable(frame[frame["accelerators"].notna()], "au_min")
+    return frame
+
+
+def largest_n(rows: pd.DataFrame, target: float = TARGET_AU) -> float:
+    """The largest N whose AU (the least busy accelerator's, median over repetitions) is >= target; 0 if none."""
+    ok = rows[rows["au_min_median"] >= target - 1e-9]
+    return float(ok["accelerators"].max()) if len(ok) else 0.0
+
+
+def measured_accelerator_utilisation(ctx: Context, out: Path) -> Plot:
+    plot = Plot("accelerator_utilisation", "Accelerator utilisation vs number of emulated accelerators (measured)",
+                "N emulated accelerators ran at once, each taking batches from the one loader and computing for "
+                "c ms per batch; AU = compute time / wall time per accelerator, its first step excluded (DLIO, "
+                "MLPerf Storage). Solid: the least busy accelerator (au_min, median over repetitions, bars "
+                f"min..max); dotted: the mean over the N. The grey line is the {TARGET_AU:.0%} target.")
+    frame = measured_au_rows(ctx)
+    rtts = ctx.values("rtt_ms", frame)
+    computes = ctx.values("compute_ms", frame) or [None]
+    shown = rtts if len(rtts) <= 4 else [rtts[0], rtts[-1]]
+    ncols = min(2, len(shown))
+    fig = _figure(6.2 * ncols, 4.6 * math.ceil(len(shown) / ncols))
+    axes = np.atleast_1d(fig.subplots(math.ceil(len(shown) / ncols), ncols, squeeze=False, sharey=True).ravel())
+    groups = ctx.series(frame, exclude=("accelerators",))
+    styles = _styles(ctx, list(groups))
+    ns = ctx.values("accelerators", frame)
+    table = []
+    for ax, rtt in zip(axes, shown, strict=False):
+        for label, rows in groups.items():
+            for ci, compute in enumerate(computes):
+                line = rows[rows["rtt_ms"] == rtt]
+                if compute is not None:
+                    line = line[line["compute_ms"] == compute]
+                line = line.sort_values("accelerators")
+                if line.empty:
+                    continue
+                name = label + (f", c = {compute:g} ms" if len(computes) > 1 else "")
+                median, yerr = _errors(line, "au_min")
+                style = {**styles[label], "linestyle": LINESTYLES[ci % len(LINESTYLES)]}
+                ax.errorbar(line["accelerators"], median * 100, yerr=yerr * 100, capsize=3, label=name, **style)
+                if "au_mean_median" in line.columns:
+                    ax.plot(line["accelerators"], line["au_mean_median"] * 100, color=style["color"], linestyle=":",
+                            linewidth=0.9, marker=".")
+        ax.axhline(TARGET_AU * 100, color="0.3", linestyle=":", linewidth=1.2, label=f"{TARGET_AU:.0%} target")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns)
+        ax.xaxis.set_major_formatter(FuncFormatter(_fmt_tick))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_ylim(0, 105)
+        ax.set_xlabel("emulated accelerators N running at once (log2)")
+        ax.set_ylabel("accelerator utilisation (%)")
+        ax.set_title(f"RTT {rtt:g} ms" + (f", c = {computes[0]:g} ms/batch" if len(computes) == 1
+                                          and computes[0] is not None else ""), fontsize=10)
+        ax.grid(True, alpha=0.3)
+    for ax in axes[len(shown):]:
+        ax.set_visible(False)
+    for label, rows in groups.items():
+        for (rtt, compute), line in rows.groupby(["rtt_ms", "compute_ms"] if "compute_ms" in rows else ["rtt_ms"]):
+            best = largest_n(line)
+            at_best = line[line["accelerators"] == best] if best else line.nsmallest(1, "accelerators")
+            table.append({"loader": label, "rtt_ms": rtt, "compute_ms": compute,
+                          f"largest N with AU >= {TARGET_AU:.0%}": int(best) if best else "none",
+                          "AU (least busy) there" if best else "AU (least busy) at smallest N":
+                              float(at_best["au_min_median"].iloc[0]),
+                          "N measured": "/".join(_fmt_tick(n) for n in sorted(line["accelerators"]))})
+    _legend(fig, axes[:len(shown)], inside=12, loc="lower left")
+    plot.path = _save(fig, ctx, out, plot.name)
+    extra = f"Showing the lowest and highest of {len(rtts)} RTTs." if len(shown) < len(rtts) else ""
+    plot.note = " ".join(n for n in (extra, _slice_text(ctx, compute=False)) if n)
+    frame_table = pd.DataFrame(table).sort_values(["rtt_ms", "loader"], kind="stable")
+    plot.tables.append((f"Largest N with AU >= {TARGET_AU:.0%} per loader (measured)", frame_table))
+    return plot
+
+
+def estimated_accelerator_utilisation(ctx: Context, out: Path) -> Plot:
+    plot = Plot("accelerator_utilisation",
+                "Accelerator utilisation vs number of emulated accelerators (estimate, not measured)",
+                "An ESTIMATE, because this sweep ran no N accelerators at once. From each loader's compute-free "
+                "batch rate R (batches/s, runs with compute_ms = 0) and a compute "
                 "time c per batch, N accelerators sharing the loader stay busy AU(N) = min(1, R·c/N) of the time. "
                 f"The dotted line is the {TARGET_AU:.0%} target of MLPerf Storage; markers at N = 1 are the AU "
                 "measured in runs with emulated compute.")
@@ -402,17 +720,18 @@ def accelerator_utilisation(ctx: Context, out: Path) -> Plot:
     plot.note = " ".join(n for n in ("; ".join(notes) + ("." if notes else ""), _slice_text(ctx, compute=False)) if n)
     if table:
         frame = pd.DataFrame(table).sort_values(["rtt_ms", "loader", "compute_ms"], kind="stable")
-        plot.tables.append(("Emulated accelerators kept at >= 90% AU (max_accelerators) per loader and RTT", frame))
+        plot.tables.append(("Estimated emulated accelerators kept at >= 90% AU (formula, not measured)", frame))
     return plot
 
 
 # --- 5. loaders vs their backend's ceiling and vs their peers ------------------------------------------
 
 def loaders_vs_ceiling(ctx: Context, out: Path) -> Plot:
-    plot = Plot("loaders_by_backend", "Loaders grouped by backend, against the raw ceiling and the peers",
+    plot = Plot("loaders_by_backend", "Loaders grouped by backend, against the native ceiling and the peers",
                 "Samples/s per loader (median, bars min..max), grouped by the backend it reads, one panel per RTT. "
-                "Dashed black lines: the backend's raw ceiling (the best plain client loop, no framework), "
-                "when ceiling results are available; the label on a bar is its fraction of that ceiling.")
+                "Dashed black lines: the backend's native ceiling (a compiled client program, or the plainest "
+                "client loop where none exists), measured in the same run when the sweep has ceiling rows; the "
+                "label on a bar is its fraction of that ceiling.")
     data = _usable(ctx.baseline(ctx.summary), "samples_per_s")
     if data.empty:
         plot.note = "no successful runs: nothing to plot"
@@ -440,10 +759,10 @@ def loaders_vs_ceiling(ctx: Context, out: Path) -> Plot:
                 if at.empty:
                     continue
                 median, yerr = _errors(at, "samples_per_s")
-                ax.bar(position, median[0], width=0.8, yerr=yerr, capsize=3, color=ctx.colour(label.split(" [")[0]),
-                       edgecolor="black", linewidth=0.4)
-                ceiling = ctx.ceilings.of(backend, rtt, at["concurrency"].iloc[0] if "concurrency" in at else None) \
-                    if ctx.ceilings else float("nan")
+                ax.bar([position], [median[0]], width=0.8, yerr=yerr.tolist(), capsize=3,
+                       color=ctx.colour(label.split(" [")[0]), edgecolor="black", linewidth=0.4)
+                ceiling = ctx.ceilings.of(backend, rtt, point=at.iloc[0].to_dict()) if ctx.ceilings \
+                    else float("nan")
                 bars[label] = (position, float(median[0]), float(median[0] + yerr[1][0]), ceiling)
                 ticks.append(position)
                 tick_labels.append(label)
@@ -454,7 +773,7 @@ def loaders_vs_ceiling(ctx: Context, out: Path) -> Plot:
             for x, _, _, ceiling in bars.values():
                 if math.isfinite(ceiling):
                     ax.hlines(ceiling, x - 0.45, x + 0.45, colors="black", linestyles="--", linewidth=1.4,
-                              label=None if ceiling_seen else "raw ceiling")
+                              label=None if ceiling_seen else _ceiling_label(ctx))
                     ceiling_seen = True
             for label, (x, value, top, ceiling) in bars.items():
                 peers = [v for other, (_, v, _, _) in bars.items() if other != label]
@@ -489,18 +808,32 @@ def loaders_vs_ceiling(ctx: Context, out: Path) -> Plot:
     plot.path = _save(fig, ctx, out, plot.name)
     notes = [_slice_text(ctx)]
     if ctx.ceilings is None:
-        notes.append("No ceiling rows were found (in this folder or in ../bench-loaders/*.json): run "
-                     "`workbench bench loaders` for ratios to each backend's raw ceiling.")
+        notes.append("This sweep has no ceiling rows and no other ceiling result was found (../bench-loaders/*.json):"
+                     " run the sweep with `ceilings: true` for ratios to each backend's native ceiling.")
+    elif ctx.ceilings.in_run:
+        lacking = sorted(set(backends) - set(ctx.ceilings.backends))
+        notes.append("Ceilings measured in this run, at the same network points"
+                     + (f"; none for {', '.join(lacking)}" if lacking else "") + ".")
     else:
-        notes.append(f"Ceilings from {ctx.ceilings.source}" + (f", {ctx.ceilings.note}" if ctx.ceilings.note else "")
-                     + ": possibly measured on other data than this sweep.")
+        notes.append("This sweep has no ceiling rows: the dashed lines are ceilings of ANOTHER run, "
+                     f"{ctx.ceilings.source}" + (f" ({ctx.ceilings.note})" if ctx.ceilings.note else "")
+                     + ", on other data at another time; the ratios are indicative only.")
     if len(shown) < len(rtts):
         notes.append(f"Showing {len(shown)} of {len(rtts)} RTTs.")
     plot.note = " ".join(n for n in notes if n)
     if table:
         plot.tables.append(("Each loader against its peers and its backend's ceiling",
                             pd.DataFrame(table).sort_values(["rtt_ms", "backend", "loader"], kind="stable")))
+    if ctx.ceilings is not None and ctx.ceilings.in_run:
+        plot.tables.append(("Native ceilings measured in this run (median, min, max over repetitions)",
+                            ctx.ceilings.table()))
     return plot
 
 
-ALL_PLOTS = (throughput_vs_rtt, throughput_vs_shard_size, latency_cdfs, accelerator_utilisation, loaders_vs_ceiling)
+def _ceiling_label(ctx: Context) -> str:
+    return "native ceiling, this run" if ctx.ceilings is not None and ctx.ceilings.in_run \
+        else "ceiling of another run"
+
+
+ALL_PLOTS = (throughput_vs_rtt, throughput_vs_shard_size, latency_cdfs, startup, accelerator_utilisation,
+             loaders_vs_ceiling)

@@ -1,0 +1,43 @@
+"""`workbench results`: the index page of every committed result, and whether two runs of a study repeat.
+
+    workbench results index                       # -> results/index.html
+    workbench results compare RUN_A RUN_B         # -> RUN_B/repeatability/repeatability.{html,csv}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from workbench.report import build_index, compare_runs, write_comparison
+from workbench.report.repeat import TOLERANCE
+
+app = typer.Typer(help="results/index.html, and repeatability of two runs of one study", no_args_is_help=True)
+console = Console()
+
+
+@app.command("index")
+def index_command(
+    root: Annotated[Path, typer.Option(help="the results folder (studies/, gpu/, ...)")] = Path("results"),
+) -> None:
+    """Write <root>/index.html linking every study, the GPU results and the other committed results."""
+    console.print(f"index: {build_index(root)}")
+
+
+@app.command("compare")
+def compare_command(
+    first: Annotated[Path, typer.Argument(help="a results folder of the study (run A)")],
+    second: Annotated[Path, typer.Argument(help="another results folder of the same study (run B)")],
+    out: Annotated[Path | None, typer.Option(help="where to write; default <second>/repeatability")] = None,
+    metric: Annotated[str, typer.Option(help="the per-point median compared")] = "samples_per_s",
+    tolerance: Annotated[float, typer.Option(help="flag points whose medians differ by more (0.1 = 10%)")] = TOLERANCE,
+    any_study: Annotated[bool, typer.Option(help="compare folders of differently named studies")] = False,
+) -> None:
+    """Per point the two medians, their ratio and a flag past the tolerance; a CSV and an HTML table."""
+    comparison = compare_runs(first, second, metric, tolerance, any_study)
+    csv, page = write_comparison(comparison, out or Path(second) / "repeatability")
+    console.print(comparison.summary())
+    console.print(f"repeatability: {page} ({csv.name})")

@@ -1,0 +1,191 @@
+"""results/index.html: one page linking every study, the GPU results and the other committed results folders.
+
+    from workbench.report.index import build_index
+    build_index(Path("results"))      # -> results/index.html
+
+Each study (results/studies/<name>/) gets its report's link, its question (config.json `question`) and one
+headline number computed from its runs; other folders get their description from results/README.md's table
+and links to their report, README and files. Every link is relative, so the page works wherever the folder is
+copied or served.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+from workbench.report.data import Context, load
+from workbench.report.html import STYLE, fmt
+from workbench.report.plots import TARGET_AU, largest_n, measured_au_rows
+from workbench.results import RUNS, write_atomically
+
+STUDIES = "studies"
+GPU = "gpu"
+NOT_LISTED = {RUNS.name, "_scratch", STUDIES}  # git-ignored user runs and scratch; studies have their own section
+MAX_FILES = 40  # files listed per folder (beyond: a count)
+REPEATABILITY = "repeatability/repeatability.html"  # where `workbench results compare` writes beside a study
+
+
+@dataclass
+class Entry:
+    """One line of the index: a name, its main link, a sentence, a headline and further links."""
+
+    name: str
+    href: str | None
+    sentence: str = ""
+    headline: str = ""
+    links: list[tuple[str, str]] = field(default_factory=list)  # (text, relative href)
+    warning: str = ""
+
+
+def _href(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix()
+
+
+def headline(ctx: Context) -> str:
+    """One number that answers the study: the largest N at >= 90% AU when measured, else the fastest line at
+    the highest RTT and how much of its lowest-RTT rate it keeps."""
+    au = measured_au_rows(ctx)
+    if not au.empty:
+        rtt = min(au["rtt_ms"])
+        parts = [f"{label} {int(largest_n(rows[rows['rtt_ms'] == rtt])) or 'none'}"
+                 for label, rows in ctx.series(au, exclude=("accelerators",)).items()]
+        return f"largest N with AU >= {TARGET_AU:.0%} at {rtt:g} ms RTT: " + ", ".join(parts)
+    data = ctx.baseline(ctx.summary)
+    data = data[data["samples_per_s_median"].notna()] if "samples_per_s_median" in data.columns else data.iloc[0:0]
+    if data.empty:
+        return "no successful run"
+    rtts = ctx.values("rtt_ms", data)
+    high = data[data["rtt_ms"] == rtts[-1]]
+    best = high.loc[high["samples_per_s_median"].idxmax()]
+    label = ctx.label(best)
+    text = f"fastest at {rtts[-1]:g} ms RTT: {label}, {fmt(best['samples_per_s_median'], 0)} samples/s"
+    if len(rtts) > 1:
+        same = data[(data.apply(ctx.label, axis=1) == label) & (data["rtt_ms"] == rtts[0])]["samples_per_s_median"]
+        if len(same) and same.iloc[0] > 0 and math.isfinite(same.iloc[0]):
+            text += f" ({best['samples_per_s_median'] / same.iloc[0]:.2f} of its {rtts[0]:g} ms rate)"
+    return text
+
+
+def study_entry(folder: Path, root: Path) -> Entry:
+    entry = Entry(folder.name, None)
+    report = folder / "report" / "report.html"
+    entry.href = _href(report, root) if report.exists() else None
+    try:
+        ctx = load(folder)
+    except Exception as exc:  # a folder without runs, or unreadable ones: listed with why
+        entry.warning = f"no readable results: {exc}"
+        return entry
+    entry.sentence = ctx.question or "(its config states no question)"
+    try:
+        entry.headline = headline(ctx)
+    except Exception as exc:  # the index must list a study even when its numbers are odd
+        entry.headline = f"(no headline: {exc})"
+    entry.warning = "; ".join(ctx.notes)
+    if not report.exists():
+        entry.warning = "; ".join(n for n in (entry.warning, "no report yet: run `workbench report` on it") if n)
+    for text, path in (("summary.csv", folder / "summary.csv"), ("runs.csv", folder / "runs.csv"),
+                       ("repeatability", folder / REPEATABILITY)):
+        if path.exists():
+            entry.links.append((text, _href(path, root)))
+    return entry
+
+
+def descriptions(root: Path) -> dict[str, str]:
+    """Folder -> its 'what' from the table in results/README.md (| `folder/` | what | machine |)."""
+    readme = root / "README.md"
+    out = {}
+    if readme.exists():
+        for line in readme.read_text(encoding="utf-8").splitlines():
+            match = re.match(r"\|\s*`([^`]+?)/?`\s*\|\s*(.*?)\s*\|", line)
+            if match:
+                out[match.group(1).strip("/")] = re.sub(r"`([^`]*)`", r"\1", match.group(2))
+    return out
+
+
+def _title(readme: Path) -> str:
+    for line in readme.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# "):
+            return line[2:].strip()
+    return ""
+
+
+def folder_entry(folder: Path, root: Path, what: str) -> Entry:
+    entry = Entry(folder.name, None, what)
+    report, readme = folder / "report" / "report.html", folder / "README.md"
+    if report.exists():
+        entry.href = _href(report, root)
+    elif readme.exists():
+        entry.href = _href(readme, root)
+    if readme.exists():
+        entry.headline = _title(readme)
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and not any(part.startswith(".") for part in
+                                                                               p.relative_to(folder).parts))
+    entry.links = [(_href(p, folder), _href(p, root)) for p in files[:MAX_FILES]]
+    if len(files) > MAX_FILES:
+        entry.links.append((f"... and {len(files) - MAX_FILES} more files", _href(folder, root) + "/"))
+    return entry
+
+
+def entries(root: Path) -> tuple[list[Entry], list[Entry], list[Entry]]:
+    """(studies, GPU results, other folders) under `root`."""
+    studies_dir = root / STUDIES
+    studies = [study_entry(f, root) for f in sorted(studies_dir.iterdir()) if f.is_dir()] \
+        if studies_dir.is_dir() else []
+    what = descriptions(root)
+    gpu = [folder_entry(root / GPU, root, what.get(GPU, ""))] if (root / GPU).is_dir() else []
+    others = [folder_entry(f, root, what.get(f.name, "")) for f in sorted(root.iterdir())
+              if f.is_dir() and f.name not in NOT_LISTED | {GPU} and not f.name.startswith((".", "_"))]
+    return studies, gpu, others
+
+
+def _render_entry(entry: Entry, files: bool) -> str:
+    name = f'<a href="{escape(entry.href)}">{escape(entry.name)}</a>' if entry.href else escape(entry.name)
+    parts = [f"<h3>{name}</h3>"]
+    if entry.sentence:
+        parts.append(f"<p>{escape(entry.sentence)}</p>")
+    if entry.headline:
+        parts.append(f'<p class="headline">{escape(entry.headline)}</p>')
+    if entry.warning:
+        parts.append(f'<p class="failed">{escape(entry.warning)}</p>')
+    if entry.links:
+        links = " · ".join(f'<a href="{escape(href)}">{escape(text)}</a>' for text, href in entry.links)
+        parts.append(f'<p class="{"files" if files else "caption"}">{links}</p>')
+    return "\n".join(parts)
+
+
+def render(studies: list[Entry], gpu: list[Entry], others: list[Entry]) -> str:
+    study_html = "\n".join(_render_entry(e, False) for e in studies) or \
+        "<p>No study is committed yet: run one with `workbench study run NAME` and publish it.</p>"
+    gpu_html = "\n".join(_render_entry(e, True) for e in gpu) or "<p>No GPU results are committed.</p>"
+    other_html = "\n".join(_render_entry(e, True) for e in others) or "<p>None.</p>"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>workbench results</title>
+<style>{STYLE} .headline {{ font-weight: 600; }} .files {{ font-size: 0.85em; color: #555; }}</style></head><body>
+<h1>workbench results</h1>
+<p class="caption">Every committed result: each study answers one question (its report has the plots, the
+configuration and the machine); user runs go to results/runs/ and are not listed. Written by
+`workbench results index`.</p>
+<h2 id="studies">Studies</h2>
+{study_html}
+<h2 id="gpu">GPU results</h2>
+{gpu_html}
+<h2 id="other">Other results</h2>
+{other_html}
+</body></html>
+"""
+
+
+def build_index(root: Path = Path("results")) -> Path:
+    """Write `<root>/index.html` from what is under `root` now; returns its path."""
+    root = Path(root)
+    if not root.is_dir():
+        raise WorkbenchError(f"no results folder {root}: pass the folder that holds studies/ and gpu/")
+    page = root / "index.html"
+    write_atomically(page, lambda tmp: tmp.write_text(render(*entries(root)), encoding="utf-8"))
+    return page
+

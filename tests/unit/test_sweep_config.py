@@ -52,3 +52,26 @@ def test_shipped_sweeps_are_valid():
 
     for path in (Path(__file__).parents[2] / "notebooks" / "sweeps").glob("*.yaml"):
         assert load_sweep_config(path).points()
+
+
+def test_accelerators_axis_is_validated_and_in_every_point():
+    cfg = load_sweep_config({**BASE, "network": {"rtt_ms": [0]},
+                             "compute": {"ms_per_batch": [50], "accelerators": [1, 2, 4, 8]}})
+    assert sorted({p.accelerators for p in cfg.points()}) == [1, 2, 4, 8]
+    assert all(p.as_row()["accelerators"] in (1, 2, 4, 8) for p in cfg.points())
+    with pytest.raises(WorkbenchError, match=r"'compute.accelerators.0': .*greater than or equal to 1"):
+        load_sweep_config({**BASE, "compute": {"ms_per_batch": [50], "accelerators": [0]}})
+    with pytest.raises(WorkbenchError, match=r"'compute.accelerators.0': .*less than or equal to 64"):
+        load_sweep_config({**BASE, "compute": {"ms_per_batch": [50], "accelerators": [65]}})
+    with pytest.raises(WorkbenchError, match=r"accelerators \[1, 4\] need a compute time: set compute.ms_per_batch"):
+        load_sweep_config({**BASE, "compute": {"accelerators": [1, 4]}})
+    with pytest.raises(WorkbenchError, match=r"compute\.ms_per_batch"):
+        load_sweep_config({**BASE, "compute": {"ms_per_batch": [-1]}})
+
+
+def test_question_and_ceilings_options():
+    cfg = load_sweep_config({**BASE, "question": "Which is fastest?", "ceilings": True})
+    assert cfg.question == "Which is fastest?" and cfg.ceilings
+    assert not load_sweep_config(BASE).ceilings
+    with pytest.raises(WorkbenchError, match="'ceilings': Input should be a valid boolean"):
+        load_sweep_config({**BASE, "ceilings": "sometimes"})

@@ -43,6 +43,7 @@ class SweepPoint:
     workers: int = axis("loader", "workers", "workers", series="workers")
     decode: bool = axis("loader", "decode", "decode", series="decode")
     compute_ms: float = axis("compute", "ms_per_batch", "compute ms")
+    accelerators: int = axis("compute", "accelerators", "accelerators")  # emulated, consuming at once
 
     def __getitem__(self, name: str) -> Any:
         """Read access by column name, as rows and result frames are read."""

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, ValidationError, field_validator, model_validator
 
 from workbench.backends import backend_class
 from workbench.bench.points import AXES, SweepPoint
 from workbench.errors import WorkbenchError
 from workbench.loaders import LOADERS, loader_class
 
+MAX_ACCELERATORS = 64  # emulated accelerators are threads that sleep: more would measure the GIL, not the loader
+NonNegatives = Annotated[list[NonNegativeFloat], Field(min_length=1)]  # a grid axis: at least one value, all >= 0
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -29,16 +31,9 @@ class DataSpec(Strict):
 
 
 class NetworkGrid(Strict):
-    rtt_ms: list[float] = Field([0, 1, 10, 50, 100], description="round-trip times added by toxiproxy")
-    bandwidth_mbps: list[float] = Field([0], description="0 = unlimited; e.g. 1000, 100")
+    rtt_ms: NonNegatives = Field([0, 1, 10, 50, 100], description="round-trip times added by toxiproxy")
+    bandwidth_mbps: NonNegatives = Field([0], description="0 = unlimited; e.g. 1000, 100")
     jitter_ms: float = Field(0, ge=0)
-
-    @field_validator("rtt_ms", "bandwidth_mbps")
-    @classmethod
-    def _non_negative(cls, values: list[float]) -> list[float]:
-        if not values or any(v < 0 for v in values):
-            raise ValueError("needs at least one value, all >= 0")
-        return values
 
 
 class LayoutGrid(Strict):
@@ -59,14 +54,23 @@ class LoaderGrid(Strict):
 class ComputeGrid(Strict):
     """Emulated accelerator work per batch (MLPerf Storage / DLIO style)."""
 
-    ms_per_batch: list[float] = Field([0], description="0 = no emulated compute")
+    ms_per_batch: NonNegatives = Field([0], description="0 = no emulated compute")
+    accelerators: Annotated[list[Annotated[int, Field(ge=1, le=MAX_ACCELERATORS)]], Field(min_length=1)] = Field(
+        [1], description="N emulated accelerators taking batches from the one loader at once")
     distribution: Literal["fixed", "normal"] = "fixed"
     stddev_fraction: float = Field(0.1, ge=0, description="normal: stddev as a fraction of the mean")
 
+    @model_validator(mode="after")
+    def _accelerators_compute(self) -> ComputeGrid:
+        if max(self.accelerators) > 1 and max(self.ms_per_batch) <= 0:
+            raise ValueError(f"accelerators {self.accelerators} need a compute time: set compute.ms_per_batch > 0 "
+                             "(with no compute, N accelerators only split the batches)")
+        return self
 
 
 class SweepConfig(Strict):
     name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]+$")
+    question: str = Field("", description="the one question this sweep answers (shown by its report and the index)")
     loaders: list[str] = Field(..., min_length=1)
     data: DataSpec = DataSpec()
     network: NetworkGrid = NetworkGrid()
@@ -77,6 +81,8 @@ class SweepConfig(Strict):
     repetitions: int = Field(3, ge=1)
     warmup_batches: int = Field(2, ge=0, description="excluded from every measurement")
     max_seconds_per_epoch: float = Field(30.0, gt=0, description="a slow point stops early and reports its rate")
+    ceilings: bool = Field(False, description="also measure each backend's native ceiling at every network point "
+                                              "(rows ceiling:<backend>, same toxiproxy path)")
 
     @field_validator("loaders")
     @classmethod
@@ -132,7 +138,8 @@ def load_sweep_config(source: Path | str | dict) -> SweepConfig:
                 section = _section(err["loc"][:-1])
                 problems.append(f"unknown parameter '{loc}' (valid: {', '.join(section.model_fields)})")
             else:
-                problems.append(f"'{loc}': {err['msg']}" if loc else err["msg"].removeprefix("Value error, "))
+                msg = err["msg"].removeprefix("Value error, ")
+                problems.append(f"'{loc}': {msg}" if loc else msg)
         message = f"{where}: " + "; ".join(problems)  # names come from the file: their newlines stay escaped
         raise WorkbenchError(message.replace("\r", "\\r").replace("\n", "\\n")) from None
 

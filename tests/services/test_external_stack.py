@@ -107,3 +107,37 @@ def test_triton_clients_use_the_listed_servers(cluster, protocol):
         client.close()
     out = infer(cluster, "echo", {"INPUT": np.array([[b"hi"]], dtype=object)}, protocol=protocol, via_proxy=True)
     assert out["NBYTES"].ravel().tolist() == [2]
+
+
+@pytest.mark.slow
+def test_bootstrap_activates_a_fresh_ignite_and_creates_the_login(tmp_path):
+    """A fresh Ignite node with authentication, started as Kubernetes would (no workbench probe ever touched it):
+    `external-bootstrap` activates it and creates the configured login; the default login is retired after."""
+    from pydantic import SecretStr
+
+    from workbench.clients import ignite_client
+    from workbench.errors import WorkbenchError
+    from workbench.stack.ignite import DEFAULT_PASSWORD, DEFAULT_USER, Ignite
+    from workbench.stack.manager import process_of
+
+    address = "127.0.0.71"  # a loopback address of its own: the main stack's discovery never meets it
+    node_settings = Settings(_env_file=None, host=address, state_dir=tmp_path / "state", timeout_s=5.0,
+                             ignite_username="workbench", ignite_password=SecretStr(uuid.uuid4().hex))
+    node = Ignite(node_settings)
+    node.provision()
+    launch = node.launch()
+    process = process_of(node)
+    process.start(launch.command, launch.env, launch.cwd)
+    try:
+        client = node_settings.model_copy(update={"stack": "external", "host": NOWHERE,
+                                                  "ignite_addresses": [f"{address}:{node_settings.ignite_port}"]})
+        assert external.bootstrap(client, wait_s=180)[0].startswith("Ignite: cluster active, login 'workbench'")
+        with ignite_client(client) as session:
+            session.get_cache(Ignite.health_cache).put("k", b"v")
+        default = client.model_copy(update={"ignite_username": DEFAULT_USER,
+                                            "ignite_password": SecretStr(DEFAULT_PASSWORD), "dev_mode": True})
+        with pytest.raises(WorkbenchError, match="refused the login"), ignite_client(default):
+            pass
+        assert external.bootstrap(client) == ["Ignite: the configured login is in place already"]
+    finally:
+        assert process.stop()

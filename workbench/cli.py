@@ -23,7 +23,7 @@ from workbench.catalog import catalog_path
 from workbench.chaos import chaos_command
 from workbench.cli_inference import inference_app
 from workbench.concurrency import parse_concurrency
-from workbench.config import Settings, ensure_credentials, get_settings
+from workbench.config import Settings, cluster_topology, ensure_credentials, get_settings, write_settings
 from workbench.data import make_split, parse_ratios, parse_source
 from workbench.errors import WorkbenchError
 from workbench.ingest import BadImagesError, ingest, read_catalog, verify
@@ -68,11 +68,20 @@ def init() -> None:
 
 
 @stack_app.command("up")
-def stack_up(services: Services = None, stack: StackMode = None) -> None:
+def stack_up(
+    services: Services = None,
+    stack: StackMode = None,
+    nodes: Annotated[int | None, typer.Option(
+        "--nodes", min=1, max=9, help="nodes per storage service (kept in .env): a Cassandra ring with RF 3, "
+                                     "an Ignite cluster with one backup, distributed MinIO")] = None,
+) -> None:
     """Provision (first time only) and start the servers; wait until each answers a real request."""
 
     if ensure_credentials():
         console.print("wrote generated credentials to .env (kept out of git)")
+    if nodes is not None:
+        write_settings(cluster_topology(nodes))
+        console.print(f"topology: {nodes} node(s) per storage service (written to .env)")
     rows = up(settings_for(stack), services)
     print_status(rows)
     if not all(r.healthy for r in rows):

@@ -6,12 +6,14 @@ Values come from environment variables (``WORKBENCH_*``) or a ``.env`` file, nev
 
 from __future__ import annotations
 
+import os
 import secrets
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workbench.errors import WorkbenchError
@@ -27,8 +29,17 @@ PROXIED = {
     "triton_grpc": ("triton_grpc_port", "proxy_triton_grpc_port"),
 }
 
+# Service paths whose servers can run as several nodes: path -> the settings field with its node count.
+NODE_COUNTS = {"cassandra": "cassandra_nodes", "s3": "s3_nodes", "ignite": "ignite_nodes"}
+
 
 # Each server's well-known out-of-the-box login: refused unless Settings.dev_mode is set.
+CONSISTENCY_LEVELS = ("ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_ONE", "LOCAL_QUORUM", "EACH_QUORUM")
+# Topology settings (Settings fields) that every result row records, so runs of different clusters never mix.
+TOPOLOGY_FIELDS = ("cassandra_nodes", "cassandra_replication_factor", "cassandra_consistency", "ignite_nodes",
+                   "ignite_backups", "ignite_persistence", "s3_nodes", "s3_drives_per_node", "client_ranks",
+                   "launcher", "node_network")
+
 DEFAULT_CREDENTIALS = {
     "cassandra": ("cassandra", "cassandra"),
     "s3": ("minioadmin", "minioadmin"),
@@ -94,6 +105,65 @@ class Settings(BaseSettings):
     proxy_triton_http_port: int = 18000
     proxy_triton_grpc_port: int = 18001
 
+    # Topology: how many nodes each service runs and how data is replicated across them; the client side
+    # (ranks and their launcher). Local node k of a service listens on `node_host(k)`; external clusters list
+    # their endpoints below instead.
+    cassandra_nodes: int = Field(1, ge=1, le=9, description="Cassandra ring size of the local stack")
+    cassandra_replication_factor: int = Field(1, ge=1, description="replication factor of new keyspaces")
+    cassandra_consistency: Literal[CONSISTENCY_LEVELS] = Field(  # type: ignore[valid-type]
+        "ONE", description="consistency level of every read and write")
+    ignite_nodes: int = Field(1, ge=1, le=9, description="Ignite server nodes of the local stack")
+    ignite_backups: int = Field(0, ge=0, description="backup copies of each partition of new caches")
+    ignite_persistence: bool = Field(False, description="Ignite native persistence: caches survive a restart")
+    s3_nodes: int = Field(1, ge=1, le=16, description="MinIO server processes (more than one: distributed mode)")
+    s3_drives_per_node: int = Field(1, ge=1, le=16, description="MinIO drives (folders) per process")
+    client_ranks: int = Field(1, ge=1, description="reader ranks of `workbench bench clients` by default")
+    launcher: Literal["torchrun", "mpirun"] = Field("torchrun", description="what starts the client ranks")
+    node_network: Literal["loopback", "netns"] = Field(
+        "loopback", description="loopback: node k on 127.0.0.(k+1); netns: one network namespace per node")
+    cassandra_contact_points: list[str] = Field(
+        default_factory=list, description="external clusters: host[:port] of Cassandra nodes (JSON list)")
+    s3_endpoints: list[str] = Field(default_factory=list, description="external clusters: S3 endpoint URLs")
+    ignite_addresses: list[str] = Field(default_factory=list, description="external clusters: Ignite host:port")
+    triton_urls: list[str] = Field(default_factory=list, description="external clusters: Triton host:port")
+
+    @model_validator(mode="after")
+    def _topology_fits(self) -> Settings:
+        """Refuse, before anything starts, a replication the nodes cannot hold."""
+        if self.stack == "local" and self.cassandra_replication_factor > self.cassandra_nodes:
+            raise ValueError(
+                f"WORKBENCH_CASSANDRA_REPLICATION_FACTOR={self.cassandra_replication_factor} is larger than "
+                f"WORKBENCH_CASSANDRA_NODES={self.cassandra_nodes}: raise the node count or lower the factor")
+        if self.stack == "local" and self.ignite_backups >= self.ignite_nodes and self.ignite_backups:
+            raise ValueError(
+                f"WORKBENCH_IGNITE_BACKUPS={self.ignite_backups} needs at least {self.ignite_backups + 1} nodes, "
+                f"WORKBENCH_IGNITE_NODES is {self.ignite_nodes}: raise the node count or lower the backups")
+        return self
+
+    def node_host(self, node: int) -> str:
+        """The address local node `node` (0-based) of a multi-node service listens on: node 0 is `host`,
+        the others the next loopback addresses (127.0.0.2, ...), so every node keeps its service's ports."""
+        if node == 0:
+            return self.host
+        parts = self.host.split(".")
+        if len(parts) != 4 or parts[0] != "127":
+            raise WorkbenchError(f"host {self.host} is not a loopback address: multi-node local stacks place "
+                                 "node k on 127.0.0.(k+1); set WORKBENCH_HOST=127.0.0.1")
+        return ".".join([*parts[:3], str(int(parts[3]) + node)])
+
+    def nodes_of(self, path: str) -> int:
+        """How many nodes serve a toxiproxy path (`PROXIED` names): 1 unless the service is clustered."""
+        return getattr(self, NODE_COUNTS[path]) if path in NODE_COUNTS else 1
+
+    def proxy_names(self, path: str) -> list[str]:
+        """The toxiproxy proxies of a path, one per node: `cassandra`, `cassandra-2`, ... Node k's proxy
+        listens on node_host(k) at the path's proxy port and forwards to node k's server port."""
+        return [path if node == 0 else f"{path}-{node + 1}" for node in range(self.nodes_of(path))]
+
+    def topology(self) -> dict[str, object]:
+        """What every result row records about the clusters it measured."""
+        return {name: getattr(self, name) for name in TOPOLOGY_FIELDS}
+
     def port(self, service: str, via_proxy: bool = False) -> int:
         """The port a client uses for `service`; `via_proxy` goes through toxiproxy's network emulation."""
         if service not in PROXIED:
@@ -102,7 +172,10 @@ class Settings(BaseSettings):
         return getattr(self, proxy if via_proxy else upstream)
 
     def s3_endpoint(self, via_proxy: bool = False) -> str:
-        """MinIO's URL: https when the stack runs with TLS (a TLS stream passes toxiproxy unchanged)."""
+        """MinIO's URL: https when the stack runs with TLS (a TLS stream passes toxiproxy unchanged); with
+        WORKBENCH_S3_ENDPOINTS one of those per client rank (an external cluster: no toxiproxy on that path)."""
+        if self.s3_endpoints:
+            return rank_choice(self.s3_endpoints).strip()
         return f"{'https' if self.tls else 'http'}://{self.host}:{self.port('s3', via_proxy)}"
 
     def s3_credentials(self) -> tuple[str, str]:
@@ -154,6 +227,17 @@ class Settings(BaseSettings):
                 )
 
 
+_T = TypeVar("_T")
+RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")  # torchrun, Open MPI, MPICH (Hydra)
+
+
+def rank_choice(items: Sequence[_T]) -> _T:
+    """This client rank's item of an endpoint list (rank 0 outside torchrun/mpirun): R ranks spread over an
+    external cluster's nodes as a load balancer would."""
+    rank = next((int(value) for name in RANK_VARIABLES if (value := os.environ.get(name, "")).isdigit()), 0)
+    return items[rank % len(items)]
+
+
 # Settings fields that form one login each: ensure_credentials writes a fresh pair when either is unset.
 LOGINS = [("s3_access_key", "s3_secret_key"), ("cassandra_username", "cassandra_password"),
           ("ignite_username", "ignite_password")]
@@ -178,21 +262,41 @@ def ensure_credentials(env_file: Path = ENV_FILE) -> bool:
     outside the code, where docker compose finds them too. Returns True when it wrote new ones.
     """
     current = Settings(_env_file=env_file)
-    missing = [f"WORKBENCH_{field.upper()}" for pair in LOGINS if any(getattr(current, f) is None for f in pair)
-               for field in pair]
+    missing = [field for pair in LOGINS if any(getattr(current, f) is None for f in pair) for field in pair]
     if not missing:
         return False
-    fresh = {f"WORKBENCH_{field.upper()}": value for field, value in generated_credentials().items()}
+    fresh = generated_credentials()
+    write_settings({field: fresh[field] for field in missing}, env_file)
+    return True
+
+
+def write_settings(values: dict[str, object], env_file: Path = ENV_FILE) -> None:
+    """Persist settings (by field name) in `env_file`, so every later command sees the same topology."""
+    names = {f"WORKBENCH_{field.upper()}": value for field, value in values.items()}
     lines = env_file.read_text().splitlines() if env_file.exists() else []
-    lines = [line for line in lines if line.split("=", 1)[0] not in missing]
-    lines += [f"{name}={fresh[name]}" for name in missing]
+    lines = [line for line in lines if line.split("=", 1)[0] not in names]
+    lines += [f"{name}={value}" for name, value in names.items()]
     env_file.touch(exist_ok=True)
     env_file.chmod(0o600)
     env_file.write_text("\n".join(lines) + "\n")
     get_settings.cache_clear()
-    return True
+
+
+def cluster_topology(nodes: int) -> dict[str, object]:
+    """`stack up --nodes N`: N nodes of each storage service, replicated so that one node can be lost."""
+    return {"cassandra_nodes": nodes, "cassandra_replication_factor": min(3, nodes),
+            "cassandra_consistency": "QUORUM" if nodes > 1 else "ONE", "ignite_nodes": nodes,
+            "ignite_backups": 1 if nodes > 1 else 0, "s3_nodes": nodes}
 
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    """The settings of this process; a bad value is one line naming the variable and what to do."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            name = f"WORKBENCH_{'_'.join(str(p) for p in err['loc']).upper()}: " if err["loc"] else ""
+            problems.append(name + err["msg"].removeprefix("Value error, "))
+        raise WorkbenchError("settings: " + "; ".join(problems)) from None

@@ -50,12 +50,13 @@ class Toxiproxy:
         return self._call("GET", "/proxies")
 
     def ensure_proxies(self) -> None:
-        """One proxy per service path, listening on the proxy port and forwarding to the service."""
-        host = self.settings.host
+        """One proxy per service path and node, listening on the node's address at the path's proxy port and
+        forwarding to that node's server (see Settings.proxy_names)."""
+        s = self.settings
         wanted = [
-            {"name": name, "listen": f"{host}:{self.settings.port(name, via_proxy=True)}",
-             "upstream": f"{host}:{self.settings.port(name)}", "enabled": True}
-            for name in PROXIED
+            {"name": name, "listen": f"{s.node_host(node)}:{s.port(path, via_proxy=True)}",
+             "upstream": f"{s.node_host(node)}:{s.port(path)}", "enabled": True}
+            for path in PROXIED for node, name in enumerate(s.proxy_names(path))
         ]
         self._call("POST", "/populate", wanted)
 

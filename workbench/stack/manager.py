@@ -18,6 +18,8 @@ from workbench.stack.registry import SERVICES
 from workbench.stack.service import Health, Service
 from workbench.stack.tls import ensure_certificates  # cryptography is needed only with TLS
 
+MAX_NODES = 16  # the largest node count the topology settings allow (s3_nodes)
+
 
 @dataclass
 class ServiceStatus:
@@ -30,19 +32,22 @@ class ServiceStatus:
 
 
 def select(settings: Settings, names: list[str] | None = None) -> list[Service]:
-    unknown = sorted(set(names or []) - set(SERVICES))
+    """Every node of the named services (a service's name selects all its nodes, `cassandra-2` one node)."""
+    nodes = [cls(settings, node) for cls in SERVICES.values() for node in range(cls.node_count(settings))]
+    known = set(SERVICES) | {n.node_name for n in nodes}
+    unknown = sorted(set(names or []) - known)
     if unknown:
-        raise WorkbenchError(f"unknown service(s) {', '.join(unknown)}: choose from {', '.join(SERVICES)}")
-    return [cls(settings) for name, cls in SERVICES.items() if not names or name in names]
+        raise WorkbenchError(f"unknown service(s) {', '.join(unknown)}: choose from {', '.join(sorted(known))}")
+    return [n for n in nodes if not names or n.name in names or n.node_name in names]
 
 
 def process_of(service: Service) -> ManagedProcess:
-    return ManagedProcess(service.name, service.settings.state_dir / "run")
+    return ManagedProcess(service.node_name, service.settings.state_dir / "run")
 
 
 def status_of(service: Service, health: Health | None = None) -> ServiceStatus:
     health = health or service.health()
-    return ServiceStatus(service.name, health.version or service.version, service.address(), health.healthy,
+    return ServiceStatus(service.node_name, health.version or service.version, service.address(), health.healthy,
                          process_of(service).pid(), health.detail)
 
 
@@ -53,6 +58,11 @@ def _prepare(service: Service) -> str | None:
     except WorkbenchError as exc:
         return f"{service.name}: {exc}"
     return None
+
+
+def _one_per_service(services: list[Service]) -> list[Service]:
+    """One node of each service: artifacts are per service, not per node."""
+    return list({s.name: s for s in reversed(services)}.values())[::-1]
 
 
 def _wait_healthy(service: Service) -> Health:
@@ -77,13 +87,13 @@ def up(settings: Settings, names: list[str] | None = None) -> list[ServiceStatus
     settings.check_credentials()
     services = select(settings, names)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
-    if settings.tls:
-        ensure_certificates(settings)
+    if settings.tls:  # the server certificate names every node: nodes of a cluster verify each other
+        ensure_certificates(settings, extra_hosts=tuple(sorted({s.node_host for s in services})))
     errors = provision(settings, names)
     started: list[Service] = []
     failed: dict[str, str] = {name: err for name, err in errors.items() if err}
     for service in services:
-        if service.name in failed:
+        if service.name in failed or service.node_name in failed:
             continue
         if service.health().healthy:
             started.append(service)
@@ -92,19 +102,20 @@ def up(settings: Settings, names: list[str] | None = None) -> list[ServiceStatus
             try:
                 launch = service.launch()
             except WorkbenchError as exc:
-                failed[service.name] = f"{service.name}: {exc}"
+                failed[service.node_name] = f"{service.node_name}: {exc}"
                 continue
             process_of(service).start(launch.command, launch.env, launch.cwd)
         started.append(service)
     with ThreadPoolExecutor(max_workers=max(1, len(started))) as pool:
-        healths = dict(zip([s.name for s in started], pool.map(_wait_healthy, started), strict=True))
+        healths = dict(zip([s.node_name for s in started], pool.map(_wait_healthy, started), strict=True))
     statuses = []
     for service in services:
-        if service.name in failed:
-            statuses.append(ServiceStatus(service.name, service.version, service.address(), False,
-                                          process_of(service).pid(), failed[service.name]))
+        error = failed.get(service.node_name) or failed.get(service.name)
+        if error:
+            statuses.append(ServiceStatus(service.node_name, service.version, service.address(), False,
+                                          process_of(service).pid(), error))
             continue
-        health = healths[service.name]
+        health = healths[service.node_name]
         if health.healthy:
             try:
                 service.after_up()
@@ -116,7 +127,7 @@ def up(settings: Settings, names: list[str] | None = None) -> list[ServiceStatus
 
 def provision(settings: Settings, names: list[str] | None = None) -> dict[str, str | None]:
     """Download/build every selected service's artifacts without starting anything: name -> error."""
-    services = select(settings, names)
+    services = _one_per_service(select(settings, names))
     with ThreadPoolExecutor(max_workers=len(services)) as pool:
         errors = dict(zip([s.name for s in services], pool.map(_prepare, services), strict=True))
 
@@ -125,8 +136,12 @@ def provision(settings: Settings, names: list[str] | None = None) -> dict[str, s
 
 
 def down(settings: Settings, names: list[str] | None = None) -> list[str]:
-    """Stop the selected services that this stack started; returns the names stopped."""
-    return [s.name for s in reversed(select(settings, names)) if process_of(s).stop()]
+    """Stop the selected services that this stack started, with nodes left from a larger topology."""
+    services = select(settings, names)
+    services += [node for cls in SERVICES.values() if not names or cls.name in names
+                 for node in (cls(settings, k) for k in range(cls.node_count(settings), MAX_NODES))
+                 if process_of(node).pid_file.exists()]
+    return [s.node_name for s in reversed(services) if process_of(s).stop()]
 
 
 def status(settings: Settings, names: list[str] | None = None) -> list[ServiceStatus]:

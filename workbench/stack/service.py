@@ -1,6 +1,9 @@
 """What every service of the local stack provides: provisioning, a start command and a health probe.
 
 Adding a service is one module with a `Service` subclass plus one line in `workbench.stack.registry`.
+A clustered service runs one instance per node (`node_count`): node k is named `<name>-<k+1>` (node 0 keeps
+the plain name), listens on `settings.node_host(k)` with the service's usual ports, and keeps its own data
+folder, pid file and log.
 """
 
 from __future__ import annotations
@@ -36,8 +39,24 @@ class Service(ABC):
     version: ClassVar[str]
     startup_timeout_s: ClassVar[float] = 120.0
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, node: int = 0) -> None:
         self.settings = settings
+        self.node = node
+
+    @classmethod
+    def node_count(cls, settings: Settings) -> int:
+        """How many nodes of this service the topology asks for (clustered services override it)."""
+        return 1
+
+    @property
+    def node_name(self) -> str:
+        """This node's name: the service's for node 0, `<name>-<k+1>` for the others."""
+        return self.name if self.node == 0 else f"{self.name}-{self.node + 1}"
+
+    @property
+    def node_host(self) -> str:
+        """The address this node listens on."""
+        return self.settings.node_host(self.node)
 
     @property
     def home(self) -> Path:
@@ -46,7 +65,7 @@ class Service(ABC):
 
     @property
     def data_dir(self) -> Path:
-        return self.settings.state_dir / self.name
+        return self.settings.state_dir / self.node_name
 
     @abstractmethod
     def provision(self) -> None:
@@ -68,7 +87,7 @@ class Service(ABC):
         """Hook run once the server is healthy (e.g. create toxiproxy proxies)."""
 
     def address(self) -> str:
-        return f"{self.settings.host}:{next(iter(self.ports().values()))}"
+        return f"{self.node_host}:{next(iter(self.ports().values()))}"
 
     def health(self) -> Health:
         try:

@@ -103,7 +103,12 @@ def _keys(model: type[BaseModel]) -> str:
 
 
 def _where(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(p) for p in loc)
+    return ".".join(_key(p) for p in loc)
+
+
+def _key(part: Any) -> str:
+    """A key from the file as printable text: its control characters escaped, so the error stays one line."""
+    return str(part).encode("unicode_escape").decode("ascii")
 
 
 def _one_line(exc: ValidationError, what: str, valid: str) -> WorkbenchError:
@@ -119,7 +124,7 @@ def _one_line(exc: ValidationError, what: str, valid: str) -> WorkbenchError:
         section = _SECTIONS.get(loc[:-1])
         inside = f" in {_where(loc[:-1])}" if loc[:-1] else ""
         keys = _keys(section) if section is not None else valid
-        return WorkbenchError(f"{what}: unknown key '{loc[-1]}'{inside}: valid keys are {keys}")
+        return WorkbenchError(f"{what}: unknown key '{_key(loc[-1])}'{inside}: valid keys are {keys}")
     if not loc:
         return WorkbenchError(f"{what}: {first['msg'].lower()}: write one JSON object with {valid}")
     return WorkbenchError(f"{what}: field '{_where(loc)}': {first['msg']}")

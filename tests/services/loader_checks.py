@@ -54,3 +54,35 @@ def check_dataloader_workers_deliver_each_sample_once(stack, loader: str, name: 
                             multiprocessing_context=worker_context(stack, workers)):
         keys.update(batch["key"])
     assert keys == Counter(expected.keys())
+
+
+def check_batches_are_exactly_the_split(stack, loader: str, name: str, expected: dict, batch_size: int = 5) -> None:
+    """The batch path: full batches but the last, the same samples byte for byte, counted once per batch."""
+    with make_loader(loader, stack, dataset=name, batch_size=batch_size) as source:
+        batches = list(source.batches())
+        assert (source.samples, source.bytes) == (sum(map(len, batches)), sum(b.nbytes for b in batches))
+    assert all(len(b) == batch_size for b in batches[:-1]) and 1 <= len(batches[-1]) <= batch_size
+    keys = [k for b in batches for k in b.keys]
+    assert Counter(keys) == Counter(expected.keys())
+    for batch in batches:
+        for index, key in enumerate(batch.keys):
+            assert batch.view(index).tobytes() == expected[key].data
+            assert batch.labels[index] == expected[key].label
+
+
+def check_worker_batches_arrive_in_shared_memory(stack, loader: str, name: str, expected: dict, workers: int) -> None:
+    """`BatchDataset` in DataLoader workers: each sample once, byte-identical, and every batch's payload
+    tensor in shared memory (handed over, not pickled through the worker's pipe)."""
+    from torch.utils.data import DataLoader
+
+    from workbench.adapters.torch import BatchDataset, payloads, worker_context
+
+    data = BatchDataset(loader, stack, dataset=name, batch_size=8)
+    keys: Counter = Counter()
+    for element in DataLoader(data, batch_size=None, num_workers=workers,
+                              multiprocessing_context=worker_context(stack, workers)):
+        assert element["data"].is_shared()
+        for key, raw in zip(element["key"], payloads(element), strict=True):
+            assert raw.numpy().tobytes() == expected[key].data
+        keys.update(element["key"])
+    assert keys == Counter(expected.keys())

@@ -1,16 +1,18 @@
 """The contract every registered loader keeps, on the same data in every backend.
 
-One epoch delivers exactly the ingested samples (same multiset of ids, byte-identical payloads), with
-1, 2 and 4 DataLoader workers and with 2 ranks that never overlap; shuffled epochs differ in order,
-not in content; a seed reproduces an order.
+One epoch delivers exactly the ingested samples (same multiset of ids, byte-identical payloads), item by
+item and batch by batch, with 1, 2 and 4 DataLoader workers (batches through shared memory) and with 2
+ranks that never overlap; shuffled epochs differ in order, not in content; a seed reproduces an order.
 """
 
 import pytest
 from loader_checks import (
+    check_batches_are_exactly_the_split,
     check_dataloader_workers_deliver_each_sample_once,
     check_one_epoch_is_exactly_the_split,
     check_shuffled_epochs_differ,
     check_two_ranks_never_overlap,
+    check_worker_batches_arrive_in_shared_memory,
 )
 
 from workbench.backends import make_backend
@@ -46,6 +48,17 @@ def dataset(stack):
 @pytest.mark.parametrize("loader", LOADERS)
 def test_one_epoch_is_exactly_the_split(stack, dataset, loader):
     check_one_epoch_is_exactly_the_split(stack, loader, *dataset)
+
+
+@pytest.mark.parametrize("loader", LOADERS)
+def test_batches_are_exactly_the_split(stack, dataset, loader):
+    check_batches_are_exactly_the_split(stack, loader, *dataset)
+
+
+@pytest.mark.parametrize("workers", [2])
+@pytest.mark.parametrize("loader", LOADERS)
+def test_worker_batches_arrive_in_shared_memory(stack, dataset, loader, workers):
+    check_worker_batches_arrive_in_shared_memory(stack, loader, *dataset, workers)
 
 
 @pytest.mark.parametrize("loader", LOADERS)

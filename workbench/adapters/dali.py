@@ -32,8 +32,10 @@ def gpu_available() -> bool:
 class BatchSource:
     """Batches of (encoded bytes as uint8 arrays, labels) from a loader; one epoch per iteration.
 
-    Labels are int32 [1] arrays, or the raw label bytes as uint8 arrays with label_type "blob"
-    (segmentation masks, multilabel vectors: decode them in the graph, as the plugin's examples do).
+    The byte arrays are views of the loader's batch buffer (`workbench.data.Batch`): DALI copies them once,
+    into its own input buffer. Labels are int32 [1] arrays, or the raw label bytes as uint8 arrays with
+    label_type "blob" (segmentation masks, multilabel vectors: decode them in the graph, as the plugin's
+    examples do).
     """
 
     def __init__(self, loader: Loader, batch_size: int) -> None:
@@ -41,19 +43,15 @@ class BatchSource:
         self.batch_size = batch_size
         self.label_type = loader.config.label_type
         self.epoch = 0
-        self._batches: Iterator[list[tuple]] | None = None
+        self._batches: Iterator[tuple[list[np.ndarray], list]] | None = None
 
-    def epoch_batches(self, epoch: int) -> Iterator[list[tuple]]:
-        """Lists of up to batch_size (data, label) pairs: this epoch's samples."""
+    def epoch_batches(self, epoch: int) -> Iterator[tuple[list[np.ndarray], list]]:
+        """(payload views, labels) of up to batch_size samples: this epoch's samples."""
+        if self.loader.config.batch_size != self.batch_size:
+            self.loader.config = self.loader.config.model_copy(update={"batch_size": self.batch_size})
         self.loader.set_epoch(epoch)
-        batch: list[tuple] = []
-        for item in self.loader:
-            batch.append((item.data, item.label))
-            if len(batch) == self.batch_size:
-                yield batch
-                batch = []
-        if batch:
-            yield batch
+        for batch in self.loader.batches():
+            yield batch.views(), batch.labels
 
     def __iter__(self) -> BatchSource:
         self._batches = self.epoch_batches(self.epoch)
@@ -62,46 +60,46 @@ class BatchSource:
 
     def __next__(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         assert self._batches is not None, "iterate the source first"
-        batch = next(self._batches)  # StopIteration ends DALI's epoch (cycle="raise")
-        data = [np.frombuffer(raw, dtype=np.uint8) for raw, _ in batch]
+        data, labels = next(self._batches)  # StopIteration ends DALI's epoch (cycle="raise")
         if self.label_type == "blob":
-            labels = [np.frombuffer(label or b"", dtype=np.uint8) for _, label in batch]
-        else:
-            labels = [np.array([label if isinstance(label, int) else -1], dtype=np.int32) for _, label in batch]
-        return data, labels
+            return data, [np.frombuffer(label or b"", dtype=np.uint8) for label in labels]
+        return data, [np.array([label if isinstance(label, int) else -1], dtype=np.int32)
+                      for label in labels]
 
 
 class ProcessBatchSource(BatchSource):
-    """The same batches, fetched by `workers` processes (a torch DataLoader over `LoaderDataset`).
+    """The same batches, fetched by `workers` processes (a torch DataLoader over `BatchDataset`).
 
     Why: a Python loader in the training process shares its interpreter (and GIL) with the training
     loop and DALI's feeding; in worker processes each shard (rank x worker) fetches with its own
-    connections beside it, while DALI still decodes on the GPU. Every sample arrives exactly once
-    per epoch; a worker's last batch may be short. The batch size is the loader config's `batch_size`.
+    connections beside it, while DALI still decodes on the GPU. Each batch crosses from its worker in
+    shared memory (one tensor per batch), never as pickled bytes. Every sample arrives exactly once per
+    epoch; a worker's last batch may be short. The batch size is the loader config's `batch_size`.
     """
 
     def __init__(self, loader: str, settings, workers: int, **config) -> None:
-        from workbench.adapters.torch import LoaderDataset
+        from workbench.adapters.torch import BatchDataset
 
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        self.dataset = LoaderDataset(loader, settings, **config)
+        self.dataset = BatchDataset(loader, settings, **config)
         self.batch_size = self.dataset.config["batch_size"]
         self.workers = workers
         self.label_type = self.dataset.config["label_type"]
         self.epoch = 0
         self._batches = None
 
-    def epoch_batches(self, epoch: int) -> Iterator[list[tuple]]:
+    def epoch_batches(self, epoch: int) -> Iterator[tuple[list[np.ndarray], list]]:
         from torch.utils.data import DataLoader
 
-        from workbench.adapters.torch import collate_pairs, worker_context
+        from workbench.adapters.torch import payloads, worker_context
 
         self.dataset.set_epoch(epoch)
-        batches = DataLoader(self.dataset, batch_size=self.batch_size, num_workers=self.workers,
-                             collate_fn=collate_pairs, prefetch_factor=4,
+        batches = DataLoader(self.dataset, batch_size=None, num_workers=self.workers, prefetch_factor=4,
                              multiprocessing_context=worker_context(self.dataset.settings, self.workers))
-        yield from batches
+        for element in batches:
+            labels = element["label"].tolist() if hasattr(element["label"], "tolist") else element["label"]
+            yield [view.numpy() for view in payloads(element)], labels
 
 
 def decode_and_crop(jpegs, gpu: bool, size: int):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import io
+import itertools
 import multiprocessing
 from collections.abc import Callable, Iterator
 from multiprocessing.context import BaseContext
@@ -14,7 +15,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
-from workbench.loaders import LOADERS, Item, loader_class, make_loader
+from workbench.loaders import LOADERS, Batch, Item, loader_class, make_loader
 
 
 class LoaderDataset(IterableDataset):
@@ -46,6 +47,52 @@ class LoaderDataset(IterableDataset):
                 yield self.transform(item)
 
 
+class BatchDataset(LoaderDataset):
+    """Yields one dict of tensors per batch of `batch_size`: use it with `DataLoader(batch_size=None)`.
+
+    Why: the payloads of a batch travel as one uint8 tensor plus offsets (see `workbench.data.Batch`), so a
+    DataLoader worker hands them to the main process through shared memory instead of pickling every
+    sample's bytes through a pipe, and the main process touches one object per batch. Elements:
+    {"data": uint8 [bytes], "offsets": int64 [n + 1], "label": int64 [n] (-1: none) or a list of blobs,
+    "key": list of ids}; `payloads(batch)` slices the samples out without copying. A `transform` gets and
+    returns such a dict (e.g. `decode_batch`), in the worker.
+    """
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        worker_id, num_workers = (info.id, info.num_workers) if info else (0, 1)
+        transform = None if self.transform is as_tuple else self.transform
+        with make_loader(self.loader, self.settings, worker_id, num_workers, **self.config) as loader:
+            loader.set_epoch(self.epoch)
+            for batch in loader.batches():
+                element = batch_tensors(batch)
+                yield transform(element) if transform else element
+
+
+def batch_tensors(batch: Batch) -> dict[str, Any]:
+    """A Batch as tensors that share its buffer (no copy)."""
+    labels: Any = list(batch.labels)
+    if all(label is None or isinstance(label, int) for label in labels):
+        labels = torch.tensor([-1 if label is None else label for label in labels], dtype=torch.int64)
+    return {"data": torch.from_numpy(batch.buffer), "offsets": torch.from_numpy(batch.offsets),
+            "label": labels, "key": list(batch.keys)}
+
+
+def payloads(element: dict[str, Any]) -> list[torch.Tensor]:
+    """The samples of a `BatchDataset` element: uint8 views of its data tensor."""
+    data, offsets = element["data"], element["offsets"].tolist()
+    return [data[start:end] for start, end in itertools.pairwise(offsets)]
+
+
+def decode_batch(element: dict[str, Any], size: int = 224) -> dict[str, Any]:
+    """A `BatchDataset` transform: decode every sample (torchvision), resize and crop to `size`: adds
+    "image" (uint8 N x 3 x size x size) and drops the encoded bytes."""
+    images = [resize_crop(decode_image_bytes(raw, key), size, antialias=True)
+              for raw, key in zip(payloads(element), element["key"], strict=True)]
+    return {"image": torch.stack(images) if images else torch.empty(0, 3, size, size, dtype=torch.uint8),
+            "label": element["label"], "key": element["key"]}
+
+
 def as_tuple(item: Item) -> tuple[bytes, int | bytes | None, str]:
     """The raw sample: (encoded bytes, label, key). Collate with `collate_raw`."""
     return item.data, item.label, item.key
@@ -55,14 +102,6 @@ def collate_raw(batch: list[tuple]) -> dict[str, list]:
     """Batches of raw samples stay lists: encoded images differ in length."""
     data, labels, keys = zip(*batch, strict=True)
     return {"data": list(data), "label": list(labels), "key": list(keys)}
-
-
-def collate_pairs(batch: list[tuple]) -> list[tuple]:
-    """(data, label, key) samples -> (data, label) pairs, as DALI's external source takes them.
-
-    Here, not beside the DALI adapter: workers unpickle it, and must not import DALI to do so.
-    """
-    return [(data, label) for data, label, _ in batch]
 
 
 def decode_transform(size: int = 224, on_corrupt: str = "raise") -> Callable[[Item], tuple | None]:
@@ -75,12 +114,14 @@ def decode_transform(size: int = 224, on_corrupt: str = "raise") -> Callable[[It
     return functools.partial(decode_item, size=size, on_corrupt=on_corrupt)
 
 
-def decode_image_bytes(data: bytes, key: str, mode: str = "RGB") -> torch.Tensor:
-    """Encoded bytes -> CHW uint8 tensor; a corrupt image raises a WorkbenchError naming the sample."""
+def decode_image_bytes(data: bytes | torch.Tensor, key: str, mode: str = "RGB") -> torch.Tensor:
+    """Encoded bytes (or a uint8 tensor of them) -> CHW uint8 tensor; a corrupt image raises a WorkbenchError
+    naming the sample."""
     from torchvision.io import ImageReadMode, decode_image
 
+    encoded = data if isinstance(data, torch.Tensor) else torch.frombuffer(bytearray(data), dtype=torch.uint8)
     try:
-        return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode[mode])
+        return decode_image(encoded, mode=ImageReadMode[mode])
     except RuntimeError as exc:
         raise WorkbenchError(f"sample {key}: cannot decode image ({first_line(exc)})") from exc
 

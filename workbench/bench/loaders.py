@@ -44,16 +44,17 @@ def epoch_of(name: str, settings: Settings, config: dict, max_seconds: float,
              windows: list[list[int]] | None = None) -> Callable[[], tuple[int, int]]:
     """One epoch, or as much of it as `max_seconds` allows (slow strategies at high RTT): a steady rate.
 
-    Appends the loader's window history (its last entry: the depth in use at the end) to `windows`.
+    Reads batches (`Loader.batches`), the path the adapters take. Appends the loader's window history (its
+    last entry: the depth in use at the end) to `windows`.
     """
 
     def run() -> tuple[int, int]:
         samples = nbytes = 0
         deadline = time.perf_counter() + max_seconds
         with make_loader(name, settings, **config) as loader:
-            for item in loader:
-                samples += 1
-                nbytes += len(item.data)
+            for batch in loader.batches():
+                samples += len(batch)
+                nbytes += batch.nbytes
                 if time.perf_counter() > deadline:
                     break
             if windows is not None and hasattr(loader, "window_history"):

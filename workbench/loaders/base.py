@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workbench.config import Settings
 from workbench.data import Item
+from workbench.data.batch import Batch, batched
 from workbench.errors import WorkbenchError
 
 
@@ -91,6 +92,15 @@ class Loader(ABC):
                 self.samples += 1
                 self.bytes += len(item.data)
             yield item
+
+    def batches(self) -> Iterator[Batch]:
+        """This epoch as batches of `config.batch_size` in one buffer each: the adapters' hot path (one object
+        and one counter update per batch). Loaders whose client hands over whole buffers may override it."""
+        for batch in batched(self.iter_epoch(self.epoch), self.config.batch_size):
+            with self._lock:
+                self.samples += len(batch)
+                self.bytes += batch.nbytes
+            yield batch
 
     def close(self) -> None:  # noqa: B027 - optional: loaders holding connections override it
         """Release connections and threads."""

@@ -39,3 +39,16 @@ def forget(settings: Settings, backend: str, dataset: str) -> None:
 
 def known(settings: Settings, backend: str) -> list[str]:
     return sorted(p.stem for p in (settings.state_dir / "catalog" / backend).glob("*.json"))
+
+
+def recorded(settings: Settings) -> list[tuple[str, str]]:
+    """(backend, dataset) of every entry of this catalog, sorted."""
+    root = settings.state_dir / "catalog"
+    backends = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    return [(backend, dataset) for backend in backends for dataset in known(settings, backend)]
+
+
+def recorded_samples(entry: dict) -> int:
+    """How many samples the entry's last ingest left stored (written now plus found already stored)."""
+    last = entry.get("last_ingest") or {}
+    return int(last.get("samples", 0)) + int(last.get("already_stored", 0))

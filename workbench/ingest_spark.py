@@ -8,12 +8,15 @@ each task builds its own backend client and writes its partition through the bac
 same path (an image folder on shared storage; a synthetic source is made from its seed), with
 ``PYSPARK_PYTHON`` naming that Python (local masters default it to this one).
 
-Retries duplicate nothing. Ids are uuid5(dataset, sample name), and rows, entries and objects are keyed by
-them (Cassandra upserts, Ignite puts, deterministic S3 keys); a retried task first asks the backend what is
-stored (`stored_ids`) and skips it. Shards: partition p numbers its shards in a block of its own
-(`workbench.layouts.shards`, ``partition``), so tasks never collide and a retry continues in its block; a tar
-its failed attempt left without a record is in no index. The steps over the whole set (shard indexes,
-manifests, journal compaction) run once, on the driver, after every task: one plain `write` of nothing.
+Retries duplicate nothing: every attempt of a task writes the same thing under the same names. The driver
+reads what is stored once, before any task (`stored_ids`); every attempt skips exactly that and writes the rest
+of its partition. Ids are uuid5(dataset, sample name), and rows, entries and objects are keyed by them
+(Cassandra upserts, Ignite puts, S3 keys from the sample's name), so a retry overwrites what its failed attempt
+wrote. Shards: the driver reserves a block of shard numbers per partition (`ShardSet.free_blocks`) and every
+attempt packs the same samples in the same order into byte-identical shards numbered from its block's start.
+So a speculative copy of a task, or an attempt that outlives its executor, is harmless too. The steps over the
+whole set (shard indexes, manifests, journal compaction) run once, on the driver, after every task: one plain
+`write` of nothing. A failed attempt costs at most its partition again (ITEMS_PER_PARTITION by default).
 
 Settings, credentials included, travel to the tasks in the task closure: on a shared cluster turn on Spark's
 authentication and encryption (``spark.authenticate``, ``spark.network.crypto.enabled``, via ``conf``).
@@ -21,6 +24,7 @@ authentication and encryption (``spark.authenticate``, ``spark.network.crypto.en
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import pickle
@@ -77,6 +81,7 @@ class _Job:
     dataset: str
     layout: dict[str, Any]
     check_images: bool
+    shard_blocks: tuple[range, ...] | None  # shard numbers per partition, for the shard layout
 
 
 class _Slice:
@@ -117,10 +122,13 @@ def _shared_layout(backend: Backend) -> ShardSet | ObjectSet | None:
     return layout if isinstance(layout, ShardSet | ObjectSet) else None
 
 
-def _partitioned(backend: Backend, partition: int) -> Backend:
+def _partitioned(backend: Backend, job: _Job, partition: int) -> Backend:
     """`backend` as the writer of one partition among several writing at once."""
-    if (layout := _shared_layout(backend)) is not None:
-        layout.partition = partition
+    layout = _shared_layout(backend)
+    if isinstance(layout, ObjectSet):
+        layout.partitioned = True
+    elif isinstance(layout, ShardSet) and job.shard_blocks is not None:
+        layout.numbers = job.shard_blocks[partition]
     return backend
 
 
@@ -144,12 +152,9 @@ def _check_partition(job: _Job, shipped, stored, block: tuple[int, int, int]) ->
 
 
 def _write_partition(job: _Job, shipped, stored, block: tuple[int, int, int]) -> dict:
-    """One task: its own backend client writes the partition's samples that are not stored yet."""
+    """One task: its own backend client writes the partition's samples that were not stored before the ingest."""
     partition, start, stop = block
-    attempt = _attempt()
-    backend = _partitioned(make_backend(job.backend, job.settings, job.dataset, **job.layout), partition)
-    # A retry re-reads what is stored: its failed attempts may have written part of the partition.
-    skip = stored.value if attempt == 0 else backend.stored_ids()
+    backend = _partitioned(make_backend(job.backend, job.settings, job.dataset, **job.layout), job, partition)
     part = _Slice(_source(shipped), start, stop)
     summary = IngestSummary(backend.name, part.name)
 
@@ -157,19 +162,9 @@ def _write_partition(job: _Job, shipped, stored, block: tuple[int, int, int]) ->
         summary.samples += samples
         summary.bytes += nbytes
 
-    recovered = [0, 0]  # samples and bytes that failed attempts of this ingest stored: written by it, not before it
-
-    def tally(samples: _Slice) -> Iterator[Sample]:
-        for s in samples:
-            if s.id in skip and s.id not in stored.value:
-                recovered[0] += 1
-                recovered[1] += len(s.data)
-            yield s
-
-    backend.write(_checked(tally(part), backend, summary, skip, job.check_images), advance)  # type: ignore[arg-type]
-    return {"samples": summary.samples + recovered[0], "bytes": summary.bytes + recovered[1],
-            "already_stored": summary.already_stored - recovered[0],
-            "skipped_bad": summary.skipped_bad, "attempt": attempt}
+    backend.write(_checked(part, backend, summary, stored.value, job.check_images), advance)
+    return {"samples": summary.samples, "bytes": summary.bytes, "already_stored": summary.already_stored,
+            "skipped_bad": summary.skipped_bad, "attempt": _attempt()}
 
 
 def _spark_context(master: str, max_failures: int, conf: dict[str, str] | None):
@@ -224,19 +219,21 @@ def ingest_with_spark(
     backend = make_backend(backend_name, settings, dataset or source.name, **layout)
     backend.prepare(source_splits(source))  # once, here: tables, bucket and folders before any task runs
     stored = backend.stored_ids()
-    job = _Job(backend_name, settings, backend.dataset, layout, check_images)
     start = time.perf_counter()
     with _spark_context(master, max_failures, conf) as sc:
-        parts = blocks(total, partitions or max(sc.defaultParallelism, math.ceil(total / ITEMS_PER_PARTITION)))
-        from pyspark import cloudpickle
+        from pyspark import cloudpickle  # importable: the context started
 
+        parts = blocks(total, partitions or max(sc.defaultParallelism, math.ceil(total / ITEMS_PER_PARTITION)))
+        shards = _shared_layout(backend)
+        job = _Job(backend_name, settings, backend.dataset, layout, check_images,
+                   tuple(shards.free_blocks(len(parts))) if isinstance(shards, ShardSet) else None)
         shipped, skip = sc.broadcast(cloudpickle.dumps(source)), sc.broadcast(frozenset(stored))
         rdd = sc.parallelize(parts, len(parts))
         if check_images and on_bad == "fail":
             bad = [line for lines in rdd.map(partial(_check_partition, job, shipped, skip)).collect() for line in lines]
             if bad:
                 raise BadImagesError(spec, bad)
-            job = _Job(backend_name, settings, backend.dataset, layout, check_images=False)
+            job = dataclasses.replace(job, check_images=False)  # every image was just checked
         results = rdd.map(partial(_write_partition, job, shipped, skip)).collect()
     if _shared_layout(backend) is not None:
         backend.write(iter(()), lambda samples, nbytes: None)  # indexes, manifests, journal: once, over all tasks

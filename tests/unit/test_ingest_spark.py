@@ -18,7 +18,9 @@ from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
 from workbench.ingest import BadImagesError, read_catalog, verify
 from workbench.ingest_spark import blocks, ingest_with_spark, local_master
-from workbench.layouts.shards import PARTITION_BLOCK
+from workbench.layouts.objects import ObjectSet
+from workbench.layouts.shards import PARTITION_BLOCK, ShardSet
+from workbench.storage import DirStore
 
 needs_spark = pytest.mark.skipif(importlib.util.find_spec("pyspark") is None,
                                  reason="pyspark is not installed (pip install 'workbench[spark]')")
@@ -65,6 +67,59 @@ def test_a_stream_only_source_is_refused_before_spark_starts(tmp_path):
         ingest_with_spark(NoIndex(), "fs", settings)  # type: ignore[arg-type]
 
 
+# ---------------------------------------------------------------------- the layouts' partitioned writers
+
+
+def _write(layout, samples) -> None:
+    layout.write(iter(samples), lambda n, nbytes: None)
+
+
+def test_partition_shard_writers_use_their_blocks_and_a_retry_rewrites_the_same_shards(tmp_path):
+    store = DirStore(tmp_path / "set")
+    samples = list(SyntheticSource(20, mean_kb=2, name="blocks"))
+    ShardSet(store, 1e8, 4, 2, "int").write(iter(samples[:3]), lambda n, nbytes: None)  # an earlier plain ingest
+    first = ShardSet(store, 1e8, 4, 2, "int").free_blocks(2)
+    assert [(b.start, len(b)) for b in first] == [(1, PARTITION_BLOCK), (1 + PARTITION_BLOCK, PARTITION_BLOCK)]
+
+    def writer(block: range) -> ShardSet:
+        shards = ShardSet(store, 1e8, 4, 2, "int")
+        shards.numbers = block
+        return shards
+
+    def dies_after_5(part):
+        yield from part[:5]
+        raise RuntimeError("task died")
+
+    parts = [samples[3:11], samples[11:]]
+    with pytest.raises(RuntimeError, match="task died"):
+        _write(writer(first[0]), dies_after_5(parts[0]))  # partition 0's first attempt: one shard, then death
+    before = {k: store.get(k)[0] for k, _ in store.list() if k.endswith(".tar")}
+    assert sorted(before) == ["train/shard-000000.tar", "train/shard-000001.tar"]
+    for block, part in zip(first, parts, strict=True):
+        _write(writer(block), part)  # the successful attempts
+    assert all(store.get(k)[0] == data for k, data in before.items())  # the retry rewrote the same bytes
+    assert [i.name for i in ShardSet(store, 1e8, 4, 2, "int").index("train")] == ["shard-000000.tar"]  # not yet
+
+    _write(ShardSet(store, 1e8, 4, 2, "int"), [])  # the driver's final step: the index of everything complete
+    shards = ShardSet(store, 1e8, 4, 2, "int")
+    names = [info.name for _, info in shards.shard_keys()]
+    assert names == sorted(["shard-000000.tar", "shard-000001.tar", "shard-000002.tar",
+                            "shard-010001.tar", "shard-010002.tar", "shard-010003.tar"])
+    assert Counter(s.id for s in shards.scan()) == Counter(s.id for s in samples)
+
+
+def test_a_partitioned_object_writer_leaves_the_manifest_to_the_final_write(tmp_path):
+    store = DirStore(tmp_path / "set")
+    samples = list(SyntheticSource(6, mean_kb=2, name="objects"))
+    objects = ObjectSet(store, 2, "int", use_metadata=False)
+    objects.partitioned = True
+    _write(objects, samples)
+    assert objects.manifest("train") == []
+    _write(ObjectSet(store, 2, "int", use_metadata=False), [])
+    assert len(objects.manifest("train")) == 6
+    assert objects.stored_ids() == {s.id for s in samples}
+
+
 # ------------------------------------------------------------------------------------------ real Spark jobs
 
 
@@ -79,7 +134,8 @@ def settings(tmp_path) -> Settings:
 def test_a_retried_task_stores_every_id_exactly_once(settings, tmp_path, layout):
     ship_by_value()
     inner = SyntheticSource(40, mean_kb=4, name=f"spark-{uuid.uuid4().hex[:6]}")
-    source = FailsFirstAttempt(inner, at=25)  # partition 1 of 3 (items 13..25) dies at its last item, once
+    source = FailsFirstAttempt(inner, at=25)  # partition 1 of 3 (items 13..25) dies at its last item, once:
+    # its retry writes all of it again, under the same keys and shard names
     options = {"layout": layout, "root": str(tmp_path / layout), "workers": 2}
     if layout == "shards":
         options["maxcount"] = 4

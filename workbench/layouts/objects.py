@@ -92,10 +92,10 @@ class ObjectSet:
         self.use_metadata = use_metadata
         self.run = uuid.uuid4().hex[:8]
         self._parts = 0
-        # Set when this writer is one of several writing the set at once (a partition of a Spark ingest,
+        # True when this writer is one of several writing the set at once (a partition of a Spark ingest,
         # `workbench.ingest_spark`): `write` leaves `finalize` to one call after all of them, since a finalize
-        # racing another writer's uploads could compact away journal lines it has not seen listed yet.
-        self.partition: int | None = None
+        # racing another writer's uploads could compact away journal lines whose objects it has not listed.
+        self.partitioned = False
 
     # --------------------------------------------------------------------------------- journal
 
@@ -180,7 +180,7 @@ class ObjectSet:
             finally:
                 if journal:
                     self._write_journal(journal)  # what finished before a failure counts on resume
-        if self.partition is None:
+        if not self.partitioned:
             self.finalize()
 
     def finalize(self) -> None:

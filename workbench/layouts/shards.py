@@ -21,10 +21,11 @@ from them after every uploaded shard, so an interrupted ingest leaves an index o
 A resumed ingest numbers its shards after the highest shard or record found, so it never overwrites a
 shard (a tar left without a record by a killed writer stays unused: it is in no index).
 
-Several writers at once (the partitions of a Spark ingest, `workbench.ingest_spark`) each set `partition`:
-partition p numbers its shards in its own block, p * PARTITION_BLOCK onwards (after the highest found in the
-block), so writers never collide and a retried partition reuses its own names; the indexes are left to one
-plain `write` (of nothing) after all of them, which rebuilds them from the complete records.
+Several writers at once (the partitions of a Spark ingest, `workbench.ingest_spark`): `free_blocks` reserves a
+block of shard numbers per writer, and each writer's `numbers` is its block: it numbers its shards from the
+block's start whatever it finds, so every attempt of a partition writes the same (byte-identical) shards under
+the same names, and a retry overwrites what its failed attempt wrote instead of adding to it. The indexes are
+left to one plain `write` (of nothing) after all writers, which rebuilds them from the complete records.
 
 Samples are packed per run of consecutive samples of one split (sources yield their splits one after
 the other); a source that interleaves splits gets a partly filled shard at every switch.
@@ -80,7 +81,7 @@ SHARD_MEMORY_BUDGET = 512 * 2**20
 # Ranged reads of some samples of a shard: samples less than this apart are read in one range (the gap is
 # cheaper to transfer than another request).
 RANGE_GAP = 256 * 2**10
-# Shard numbers of one partition of a concurrent ingest: [p * PARTITION_BLOCK, (p + 1) * PARTITION_BLOCK).
+# Shard numbers reserved for each writer of a partitioned ingest (`free_blocks`).
 PARTITION_BLOCK = 10_000
 
 
@@ -120,7 +121,7 @@ class ShardSet:
         self.maxcount = maxcount
         self.workers = workers
         self.label_type = label_type
-        self.partition: int | None = None  # one of several writers at once (module docstring)
+        self.numbers: range | None = None  # one of several writers at once: its block (module docstring)
 
     # ------------------------------------------------------------------------------ reading state
 
@@ -240,10 +241,9 @@ class ShardSet:
             with ThreadPoolExecutor(min(max(1, self.workers), 4)) as pool:
                 list(pool.map(lambda sd: self._add_spans(*sd), old))
         infos = {split: [doc["info"] for doc in docs] for split, docs in complete.items()}
-        numbers = self._numbers()
-        next_number = {
-            split: max([n for n in (*listing.tars.get(split, {}), *listing.records.get(split, set())) if n in numbers],
-                       default=numbers.start - 1) + 1
+        numbers = self.numbers or range(sys.maxsize)
+        next_number = {} if self.numbers is not None else {  # after the highest shard or record found
+            split: max([*listing.tars.get(split, {}), *listing.records.get(split, set())], default=-1) + 1
             for split in listing.splits
         }
         limit = max(1, min(self.workers, int(SHARD_MEMORY_BUDGET // self.maxsize)))
@@ -252,7 +252,7 @@ class ShardSet:
         def uploaded(result) -> None:  # runs in this thread, in completion order
             split, info, members = result
             infos.setdefault(split, []).append(info)
-            if self.partition is None:
+            if self.numbers is None:
                 self._write_index(split, infos[split], compare=False)
             progress(len(members), sum(n for _, n in members))
 
@@ -272,8 +272,8 @@ class ShardSet:
                     members = [fifo.popleft() for _ in range(info.samples)]
                     number = next_number.get(split, numbers.start)
                     if number not in numbers:
-                        raise WorkbenchError(f"partition {self.partition} of the ingest into {self.store.where} needs "
-                                             f"more than {PARTITION_BLOCK} shards: use more partitions")
+                        raise WorkbenchError(f"a partition of the ingest into {self.store.where} needs more than "
+                                             f"{len(numbers)} shards: use more partitions")
                     next_number[split] = number + 1
                     info.name = SHARD_PATTERN.format(number)
                     flight.submit(self._upload, split, info, data, members, then=uploaded)
@@ -281,15 +281,17 @@ class ShardSet:
             failed = False
         finally:
             finish(flight, failed)
-            if not failed and self.partition is None:
+            if not failed and self.numbers is None:
                 for split, split_infos in infos.items():
                     self._write_index(split, split_infos)  # also repairs an index a killed writer left behind
 
-    def _numbers(self) -> range:
-        """The shard numbers this writer may use: any (the only writer), or its partition's block."""
-        if self.partition is None:
-            return range(sys.maxsize)
-        return range(self.partition * PARTITION_BLOCK, (self.partition + 1) * PARTITION_BLOCK)
+    def free_blocks(self, count: int) -> list[range]:
+        """`count` disjoint blocks of PARTITION_BLOCK shard numbers after every shard and record found: one per
+        writer of a partitioned ingest (each writer's `numbers`)."""
+        listing = self._listing()
+        found = [n for split in listing.splits for n in (*listing.tars.get(split, {}), *listing.records.get(split, ()))]
+        first = max(found, default=-1) + 1
+        return [range(first + p * PARTITION_BLOCK, first + (p + 1) * PARTITION_BLOCK) for p in range(count)]
 
     # ---------------------------------------------------------------------------------- reading
 

@@ -25,6 +25,7 @@ from workbench.data import parse_source
 from workbench.errors import WorkbenchError, first_line
 
 MISSING = "does not exist"  # how a backend says the dataset's keyspace, cache or folder is gone
+NOT_A_SPEC = ("unknown source", "bad source")  # how `parse_source` refuses text that is no source spec
 PARALLEL = 4  # datasets checked at once (each check is a few requests; a dead service costs its timeout)
 
 
@@ -77,13 +78,16 @@ def layout_options(backend: str, entry: dict) -> dict:
 def restore_command(backend: str, dataset: str, entry: dict) -> tuple[str, str]:
     """(the `workbench ingest` command that rebuilds the dataset as recorded, why there is none)."""
     source = entry.get("source") or ""
+    problem = ""
     try:
         parse_source(source)
     except WorkbenchError as exc:
-        return "", f"no restore command: the recorded source {source!r} is not a source spec ({first_line(exc, 120)})"
+        if str(exc).startswith(NOT_A_SPEC):
+            return "", f"no restore command: the recorded source {source!r} is no source spec (ingested from Python?)"
+        problem = f"its source cannot be read now: {first_line(exc, 160)}"  # e.g. an image folder moved away
     defaults = backend_class(backend).Options().model_dump(mode="json")
     args = ["workbench", "ingest", "--source", source, "--backend", backend, "--dataset", dataset]
     for key, value in layout_options(backend, entry).items():
         if value != defaults.get(key):
             args += ["-o", f"{key}={str(value).lower() if isinstance(value, bool) else value}"]
-    return shlex.join(args), ""
+    return shlex.join(args), problem

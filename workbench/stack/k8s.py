@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,6 +210,15 @@ def kustomize_binary(settings: Settings) -> Path:
     return go_install("kustomize", settings.cache_dir / f"kustomize-{KUSTOMIZE_VERSION}",
                       f"sigs.k8s.io/kustomize/kustomize/v5@v{KUSTOMIZE_VERSION}", "kustomize",
                       ldflags=f"-X sigs.k8s.io/kustomize/api/provenance.version=v{KUSTOMIZE_VERSION}")
+
+
+def provision_kustomize(settings: Settings) -> None:
+    """Build kustomize with the stack's other programs (`stack up`/`stack provision`); a failure is one warning
+    line: only `workbench stack k8s` and its tests need it, and they build it on first use too."""
+    try:
+        kustomize_binary(settings)
+    except WorkbenchError as exc:
+        print(f"warning: kustomize not built: {exc}", file=sys.stderr)
 
 
 def render(settings: Settings, folder: Path, timeout_s: float = 120.0) -> list[dict]:

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
+from urllib.parse import quote
 
 from workbench.errors import WorkbenchError
 from workbench.report.data import Context, load
@@ -43,7 +44,8 @@ class Entry:
 
 
 def _href(path: Path, root: Path) -> str:
-    return path.relative_to(root).as_posix()
+    """A relative URL (percent-encoded: file names may hold spaces or '#')."""
+    return quote(path.relative_to(root).as_posix())
 
 
 def headline(ctx: Context) -> str:
@@ -89,6 +91,7 @@ def study_entry(folder: Path, root: Path) -> Entry:
     if not report.exists():
         entry.warning = "; ".join(n for n in (entry.warning, "no report yet: run `workbench report` on it") if n)
     for text, path in (("summary.csv", folder / "summary.csv"), ("runs.csv", folder / "runs.csv"),
+                       ("runs.parquet", folder / "runs.parquet"), ("config.json", folder / "config.json"),
                        ("repeatability", folder / REPEATABILITY)):
         if path.exists():
             entry.links.append((text, _href(path, root)))
@@ -125,7 +128,7 @@ def folder_entry(folder: Path, root: Path, what: str) -> Entry:
         entry.headline = _title(readme)
     files = sorted(p for p in folder.rglob("*") if p.is_file() and not any(part.startswith(".") for part in
                                                                                p.relative_to(folder).parts))
-    entry.links = [(_href(p, folder), _href(p, root)) for p in files[:MAX_FILES]]
+    entry.links = [(p.relative_to(folder).as_posix(), _href(p, root)) for p in files[:MAX_FILES]]
     if len(files) > MAX_FILES:
         entry.links.append((f"... and {len(files) - MAX_FILES} more files", _href(folder, root) + "/"))
     return entry

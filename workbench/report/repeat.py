@@ -98,8 +98,8 @@ def compare_runs(first: Path, second: Path, metric: str = "samples_per_s", toler
     keys = [c for c in a.columns if c in b.columns and c != "median"]
     table = a.merge(b, on=keys, how="outer", suffixes=("_a", "_b"), sort=False)
     table["ratio"] = table["median_b"] / table["median_a"]
-    low = table[["median_a", "median_b"]].min(axis=1)
-    high = table[["median_a", "median_b"]].max(axis=1)
+    low = table[["median_a", "median_b"]].min(axis=1, skipna=False)
+    high = table[["median_a", "median_b"]].max(axis=1, skipna=False)
     table["difference"] = (high / low - 1).where(low > 0)
     table["differs"] = table["difference"] > tolerance + 1e-12
     return Comparison(table[[*keys, *VALUE_COLUMNS]].fillna({k: "" for k in keys}), Path(first), Path(second),

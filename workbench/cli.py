@@ -22,6 +22,7 @@ from workbench.bench.sweep_config import load_sweep_config
 from workbench.catalog import catalog_path
 from workbench.chaos import chaos_command
 from workbench.cli_inference import inference_app
+from workbench.cli_k8s import app as k8s_app
 from workbench.concurrency import parse_concurrency
 from workbench.config import Settings, cluster_topology, ensure_credentials, get_settings, write_settings
 from workbench.data import make_split, parse_ratios, parse_source
@@ -32,11 +33,14 @@ from workbench.report import build_report
 from workbench.results import RUNS, check_writable
 from workbench.stack import down, logs, provision, status, up
 from workbench.stack.compose import write_compose_config
+from workbench.stack.external import status as external_status
+from workbench.stack.external import unreachable
 from workbench.stack.probe import probe_all
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 stack_app = typer.Typer(no_args_is_help=True, help="Run the real servers: Cassandra, MinIO, Ignite, Triton, toxiproxy.")
 app.add_typer(stack_app, name="stack")
+stack_app.add_typer(k8s_app)  # stack k8s, stack external-bootstrap
 console = Console()
 
 StackMode = Annotated[
@@ -121,11 +125,13 @@ def stack_down(services: Services = None) -> None:
 
 @stack_app.command("status")
 def stack_status(services: Services = None) -> None:
-    """Service, version, address, healthy, pid."""
+    """Service, version, address, healthy, pid (stack=external: every listed endpoint)."""
 
-    rows = status(get_settings(), services)
+    settings = get_settings()
+    rows = external_status(settings, services) if settings.stack == "external" else status(settings, services)
     print_status(rows)
     if not all(r.healthy for r in rows):
+        console.print(unreachable(rows), highlight=False)
         raise typer.Exit(1)
 
 

@@ -7,7 +7,6 @@ import pytest
 from workbench.config import Settings, cluster_topology, get_settings, write_settings
 from workbench.errors import WorkbenchError
 from workbench.stack.manager import select
-from workbench.stack.minio import MinIO
 
 
 def test_replication_factor_larger_than_the_ring_is_one_line_naming_both_settings(monkeypatch):
@@ -62,8 +61,7 @@ def test_stack_up_nodes_is_kept_in_the_env_file(tmp_path, monkeypatch):
     assert Settings(_env_file=env).cassandra_replication_factor == 3
 
 
-def test_select_names_a_whole_service_or_one_node(monkeypatch):
-    monkeypatch.setattr(MinIO, "node_count", classmethod(lambda cls, settings: settings.s3_nodes))
+def test_select_names_a_whole_service_or_one_node():
     settings = Settings(s3_nodes=3)
     nodes = select(settings, ["minio"])
     assert [s.node_name for s in nodes] == ["minio", "minio-2", "minio-3"]

@@ -47,6 +47,7 @@ def test_utilisation_excludes_the_first_step():
     assert r.accelerator_utilisation == pytest.approx(0.75)
     row = summarise_ranks([r, rank(1, 96, 3.0, first_step_s=1.0, compute_s=1.0, steps=3)])
     assert row["rank_accelerator_utilisation"] == [0.75, 0.5]
+    assert row["rank_steps"] == [3, 3] and row["rank_first_step_s"] == [1.0, 1.0]
     assert row["accelerator_utilisation"] == pytest.approx(0.625)
     assert row["min_accelerator_utilisation"] == pytest.approx(0.5)
 

@@ -116,6 +116,8 @@ def summarise_ranks(ranks: Sequence[RankResult]) -> dict:
         "rank_seconds": [round(r.wall_s, 4) for r in ordered],
         "rank_samples_per_s": [round(r.samples_per_s, 2) for r in ordered],
         "rank_hosts": [r.host for r in ordered],
+        "rank_steps": [r.steps for r in ordered],  # few steps: the utilisation rests on little (first one excluded)
+        "rank_first_step_s": [round(r.first_step_s, 4) if math.isfinite(r.first_step_s) else None for r in ordered],
         "rank_accelerator_utilisation": [round(u, 4) if math.isfinite(u) else None for u in utilisations],
         "accelerator_utilisation": sum(finite) / len(finite) if finite else float("nan"),
         "min_accelerator_utilisation": min(finite) if finite else float("nan"),

@@ -21,6 +21,7 @@ from workbench.bench.sweep import run_sweep
 from workbench.bench.sweep_config import load_sweep_config
 from workbench.catalog import catalog_path
 from workbench.chaos import chaos_command
+from workbench.cli_clients import clients_command
 from workbench.cli_inference import inference_app
 from workbench.cli_k8s import app as k8s_app
 from workbench.concurrency import parse_concurrency
@@ -264,6 +265,7 @@ def verify_command(
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that print numbers and write them under results/runs/.")
 app.add_typer(bench_app, name="bench")
+bench_app.command("clients")(clients_command)  # R reader ranks (torchrun/mpirun), exactly-once check
 
 
 @bench_app.command("ingest")

@@ -121,6 +121,8 @@ class Settings(BaseSettings):
     launcher: Literal["torchrun", "mpirun"] = Field("torchrun", description="what starts the client ranks")
     node_network: Literal["loopback", "netns"] = Field(
         "loopback", description="loopback: node k on 127.0.0.(k+1); netns: one network namespace per node")
+    node_bandwidth_mbps: float = Field(
+        0, ge=0, description="node_network=netns: each node's bandwidth cap in Mbit/s, each direction (0: none)")
     cassandra_contact_points: list[str] = Field(
         default_factory=list, description="external clusters: host[:port] of Cassandra nodes (JSON list)")
     s3_endpoints: list[str] = Field(default_factory=list, description="external clusters: S3 endpoint URLs")

@@ -51,3 +51,46 @@ def test_unwritable_results_dir_is_reported_first(tmp_path):
         (tmp_path / "ro").mkdir(mode=0o500)
     with pytest.raises(WorkbenchError, match="cannot write results to"):
         check_writable(folder)
+
+
+def test_a_tiny_study_end_to_end(stack, tmp_path):
+    """`study run` on a tiny study: two emulated accelerators at once, start-up apart from the steady rate,
+    ceilings of both backends at each RTT through the same proxies, topology on every row, report, publish."""
+    from typer.testing import CliRunner
+
+    from workbench.cli_study import app
+
+    study = tmp_path / "tiny-study.yaml"
+    study.write_text(json.dumps({
+        "name": "tiny-study", "question": "Does the study path work end to end?", "loaders": ["s3-objects", "fs"],
+        "data": {"count": 48, "mean_kb": 8, "seed": 11}, "network": {"rtt_ms": [0, 20]},
+        "loader": {"batch_size": [8], "concurrency": [4]}, "compute": {"ms_per_batch": [5], "accelerators": [1, 2]},
+        "epochs": 1, "repetitions": 1, "warmup_batches": 1, "ceilings": True,
+    }))
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", str(study), "--yes", "--out", str(tmp_path / "runs")])
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+    folder = tmp_path / "runs" / "tiny-study"
+    runs = pd.read_parquet(folder / "runs.parquet")
+    assert (runs.status == "ok").all(), runs[runs.status != "ok"].error.tolist()
+    loaders = runs[~runs.loader.str.startswith("ceiling:")]
+    assert len(loaders) == 2 * 2 * 2  # loaders x rtt x accelerators
+    assert (loaders.samples == 48).all()
+    for row in loaders.itertuples():
+        au = json.loads(row.au_per_accelerator)
+        assert len(au) == row.accelerators and all(0 < a <= 1 for a in au)
+        assert row.au_min <= row.au_mean <= 1 and row.accelerator_utilisation == row.au_mean
+        assert 0 < row.startup_fraction < 1 and row.steady_samples_per_s > 0 and row.time_to_first_batch_s > 0
+        assert (row.startup_note == "") == (row.startup_fraction < 0.05)
+    ceilings = runs[runs.loader.str.startswith("ceiling:")]
+    assert sorted(zip(ceilings.loader, ceilings.rtt_ms, strict=True)) == [
+        ("ceiling:fs", 0.0), ("ceiling:fs", 20.0), ("ceiling:s3-objects", 0.0), ("ceiling:s3-objects", 20.0)]
+    assert (ceilings.samples == 48).all() and ceilings.ceiling_program.str.startswith("go/").all()
+    assert ceilings.accelerators.isna().all() and (ceilings.concurrency.astype(str) == "4").all()
+    assert {f"topology_{k}" for k in stack.topology()} <= set(runs.columns)
+    assert (runs.topology_cassandra_nodes == stack.cassandra_nodes).all()
+    assert json.loads((folder / "progress.json").read_text())["complete"] is True
+    assert (folder / "report" / "report.html").exists()
+    published = runner.invoke(app, ["publish", str(folder), "--root", str(tmp_path / "studies")])
+    assert published.exit_code == 0, repr(published.exception)
+    assert (tmp_path / "studies" / "tiny-study" / "report" / "report.html").exists()

@@ -1,5 +1,9 @@
 """Run a sweep: every grid point, warm-up excluded, repeated, one tidy row per run (Parquet + CSV).
 
+Each epoch's batches go to the point's N emulated accelerators at once (`workbench.bench.accelerators`);
+rows record time to first batch apart from the steady rate after it, the AU of every accelerator, and the
+topology (`topology_*`) and git commit the run measured. With `ceilings: true` the backends' ceilings follow
+at every network point, through the same proxies (`workbench.bench.sweep_ceilings`).
 A point that fails records its error in its row and the sweep goes on; nothing partial is written
 as complete (results files are replaced atomically at the end of every point).
 """
@@ -16,10 +20,19 @@ from typing import Any
 from tqdm import tqdm
 
 from workbench.backends import backend_class, make_backend
-from workbench.bench.metrics import ComputeModel, EpochTrace, percentile
+from workbench.bench.accelerators import run_accelerators
+from workbench.bench.metrics import (
+    ComputeModel,
+    EpochTrace,
+    accelerator_utilisations,
+    percentile,
+    startup,
+    utilisation_columns,
+)
 from workbench.bench.points import SweepPoint
 from workbench.bench.probes import ResourceProbe
-from workbench.bench.sweep_config import SweepConfig
+from workbench.bench.sweep_ceilings import CEILING_PREFIX, backend_of, ceiling_depth, ceiling_points, measure_ceiling
+from workbench.bench.sweep_config import MAX_ACCELERATORS, SweepConfig
 from workbench.config import PROXIED, Settings
 from workbench.data import SyntheticSource
 from workbench.environment import describe_environment
@@ -108,29 +121,15 @@ def _batches(point: SweepPoint, settings: Settings, config: dict,
             yield len(batch["data"]), sum(len(d) for d in batch["data"])
 
 
-def run_epoch(point: SweepPoint, settings: Settings, config: dict, compute: ComputeModel, max_s: float,
+def run_epoch(point: SweepPoint, settings: Settings, config: dict, computes: list[ComputeModel], max_s: float,
               max_batches: int | None = None, windows: list[list[int]] | None = None) -> EpochTrace:
-    """One epoch timed from the loader's creation: connection set-up is in the time to first batch."""
-    trace = EpochTrace()
-    start = last = time.perf_counter()
+    """One epoch timed from the loader's creation (connection set-up is in the time to first batch), its
+    batches taken by one emulated accelerator per compute model, all at once."""
     batches = _batches(point, settings, config, windows)
-    for index, (samples, nbytes) in enumerate(batches):
-        now = time.perf_counter()
-        if index == 0:
-            trace.first_batch_s = now - start
-        trace.waits_s.append(now - last)
-        trace.samples += samples
-        trace.bytes += nbytes
-        spent = compute.draw()
-        if spent:
-            time.sleep(spent)
-            trace.computes_s.append(spent)
-        last = time.perf_counter()
-        if last - start > max_s or (max_batches is not None and index + 1 >= max_batches):
-            break
-    trace.wall_s = time.perf_counter() - start
-    batches.close()  # an epoch cut short still closes its loader (and records its window) now
-    return trace
+    try:
+        return run_accelerators(batches, computes, max_s, max_batches)
+    finally:
+        batches.close()  # an epoch cut short still closes its loader (and records its window) now
 
 
 def run_point(settings: Settings, cfg: SweepConfig, point: SweepPoint, repetition: int) -> dict[str, Any]:
@@ -143,21 +142,23 @@ def run_point(settings: Settings, cfg: SweepConfig, point: SweepPoint, repetitio
         "seed": repetition,
         "via_proxy": backend_class(cls.backend).proxy is not None,
     }
-    compute = ComputeModel(point.compute_ms, cfg.compute.distribution, cfg.compute.stddev_fraction, repetition)
+    computes = [ComputeModel(point.compute_ms, cfg.compute.distribution, cfg.compute.stddev_fraction,
+                             seed=repetition * MAX_ACCELERATORS + i) for i in range(point.accelerators)]
     if cfg.warmup_batches:  # warms the servers' caches and JITs; thrown away, never measured
-        run_epoch(point, settings, config, ComputeModel(0), cfg.max_seconds_per_epoch, cfg.warmup_batches)
+        run_epoch(point, settings, config, [ComputeModel(0)], cfg.max_seconds_per_epoch, cfg.warmup_batches)
     traces = []
     windows: list[list[int]] = []  # per epoch, the window's history (in-process loaders only)
     with ResourceProbe() as probe:
         for epoch in range(cfg.epochs):  # a new seed per epoch: a new order, as set_epoch would give
             epoch_config = {**config, "seed": repetition + 1000 * epoch}
-            traces.append(run_epoch(point, settings, epoch_config, compute, cfg.max_seconds_per_epoch,
+            traces.append(run_epoch(point, settings, epoch_config, computes, cfg.max_seconds_per_epoch,
                                     windows=windows))
     waits_ms = [w * 1000 for t in traces for w in t.waits_s]
     samples, nbytes = sum(t.samples for t in traces), sum(t.bytes for t in traces)
     wall = sum(t.wall_s for t in traces)
     later = traces[1:]
     later_rate = (sum(t.samples for t in later) / sum(t.wall_s for t in later)) if later else float("nan")
+    steady = startup(traces)
     return {
         "samples": samples,
         "bytes": nbytes,
@@ -168,10 +169,13 @@ def run_point(settings: Settings, cfg: SweepConfig, point: SweepPoint, repetitio
         "first_epoch_samples_per_s": traces[0].samples_per_s,
         "later_epochs_samples_per_s": later_rate,
         "time_to_first_batch_s": traces[0].first_batch_s,
+        "steady_samples_per_s": steady.steady_samples_per_s,
+        "startup_fraction": steady.fraction,
+        "startup_note": steady.note,
         "batch_p50_ms": percentile(waits_ms, 50),
         "batch_p95_ms": percentile(waits_ms, 95),
         "batch_p99_ms": percentile(waits_ms, 99),
-        "accelerator_utilisation": sum(sum(t.computes_s) for t in traces) / wall if compute.mean_s else float("nan"),
+        **utilisation_columns(accelerator_utilisations(traces)),
         "cpu_percent": probe.cpu_percent,
         "peak_rss_mb": probe.peak_rss_mb,
         "workers_peak_rss_mb": probe.children_peak_rss_mb,
@@ -182,62 +186,61 @@ def run_point(settings: Settings, cfg: SweepConfig, point: SweepPoint, repetitio
     }
 
 
-def set_network(toxiproxy: Toxiproxy, point: SweepPoint, jitter_ms: float) -> None:
-    for proxy in PROXIED:
-        toxiproxy.set_network(
-            proxy, rtt_ms=point.rtt_ms, jitter_ms=jitter_ms, bandwidth_kbps=point.bandwidth_mbps * 1000
-        )
+def set_network(settings: Settings, toxiproxy: Toxiproxy, point: SweepPoint, jitter_ms: float) -> None:
+    """The point's network on every proxy of every path (one per node of a clustered service)."""
+    for path in PROXIED:
+        for proxy in settings.proxy_names(path):
+            toxiproxy.set_network(proxy, rtt_ms=point.rtt_ms, jitter_ms=jitter_ms,
+                                  bandwidth_kbps=point.bandwidth_mbps * 1000)
+
+
+def check_network(settings: Settings, toxiproxy: Toxiproxy, backend: str, point: SweepPoint,
+                  jitter_ms: float) -> None:
+    """Raise if any proxy of the backend's path lost the point's network during the measurement."""
+    if (path := backend_class(backend).proxy) is not None:
+        for proxy in settings.proxy_names(path):
+            toxiproxy.check_network(proxy, point.rtt_ms, jitter_ms, point.bandwidth_mbps * 1000)
 
 
 def run_sweep(
     settings: Settings, cfg: SweepConfig, results_root: Path = RUNS, progress: bool = True
 ) -> Path:
-    """Run every point; returns the folder with runs.parquet, runs.csv, config.json and environment.json."""
+    """Run every point, then (with `ceilings`) every ceiling point; returns the folder with runs.parquet,
+    runs.csv, config.json, environment.json and progress.json."""
     import pandas as pd
 
     folder = check_writable(results_root / cfg.name)
     points = cfg.points()
     prepare_datasets(settings, cfg, points)
-    environment = describe_environment(settings)
+    environment = {**describe_environment(settings), "topology": settings.topology()}
     runs = [(i, point, rep) for i, point in enumerate(points) for rep in range(cfg.repetitions)]
+    ceilings = ceiling_points(points) if cfg.ceilings else []
+    runs += [(i, point, rep) for i, point in enumerate(ceilings, start=len(points)) for rep in range(cfg.repetitions)]
     write_atomically(folder / "config.json", lambda tmp: tmp.write_text(cfg.model_dump_json(indent=2)))
     write_atomically(folder / "environment.json",
                      lambda tmp: tmp.write_text(json.dumps(environment, indent=2, default=str)))
     _write_progress(folder, 0, len(runs))
+    common = {"jitter_ms": cfg.network.jitter_ms, "data_count": cfg.data.count, "data_mean_kb": cfg.data.mean_kb,
+              "epochs": cfg.epochs, "compute_distribution": cfg.compute.distribution,
+              **{f"topology_{name}": value for name, value in settings.topology().items()}}
     toxiproxy = Toxiproxy(settings)
     toxiproxy.ensure_proxies()
     rows: list[dict] = []
     try:
         for point_id, point, rep in tqdm(runs, desc=f"sweep {cfg.name}", unit="run", disable=not progress):
-            backend = loader_class(point.loader).backend
-            row = {
-                "sweep": cfg.name,
-                "point_id": point_id,
-                "repetition": rep,
-                "backend": backend,
-                **point.as_row(),
-                "jitter_ms": cfg.network.jitter_ms,
-                "dataset": dataset_name(cfg, point),
-                "data_count": cfg.data.count,
-                "data_mean_kb": cfg.data.mean_kb,
-                "epochs": cfg.epochs,
-                "compute_distribution": cfg.compute.distribution,
-                "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            }
+            backend = backend_of(point)
+            row = {"sweep": cfg.name, "point_id": point_id, "repetition": rep, "backend": backend, **point.as_row(),
+                   "dataset": dataset_name(cfg, point), **common, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
             try:
-                set_network(toxiproxy, point, cfg.network.jitter_ms)
-                measured = run_point(settings, cfg, point, rep)
-                if (proxy := backend_class(backend).proxy) is not None:
-                    toxiproxy.check_network(proxy, point.rtt_ms, cfg.network.jitter_ms,
-                                            point.bandwidth_mbps * 1000)
+                set_network(settings, toxiproxy, point, cfg.network.jitter_ms)
+                if point.loader.startswith(CEILING_PREFIX):
+                    measured = measure_ceiling(settings, point, row["dataset"], ceiling_depth(point, rows))
+                else:
+                    measured = run_point(settings, cfg, point, rep)
+                check_network(settings, toxiproxy, backend, point, cfg.network.jitter_ms)
                 row.update(measured, status="ok", error="")
             except Exception as exc:  # a failing point is recorded and the sweep goes on
-                row.update(
-                    status="error",
-                    error=with_type(exc)
-                    if str(exc)
-                    else traceback.format_exc(limit=1),
-                )
+                row.update(status="error", error=with_type(exc) if str(exc) else traceback.format_exc(limit=1))
             rows.append(row)
             _write(folder, rows, environment, pd)
             _write_progress(folder, len(rows), len(runs))

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.bench.points import AXES
-from workbench.report.data import STARTUP_LIMIT, Context, is_missing
+from workbench.report.data import STARTUP_LIMIT, TOPOLOGY_PREFIX, Context, is_missing
 from workbench.report.plots import Plot
 
 STYLE = """
@@ -90,6 +90,8 @@ def _grid_columns(ctx: Context) -> list[tuple[str, str]]:
     """Grid columns worth a column in the points table: always loader/backend/RTT, else those varied."""
     columns = [("point_id", "point"), ("loader", "loader"), ("backend", "backend"), ("rtt_ms", "RTT ms")]
     optional = [(name, a.label) for name, a in AXES.items() if name != "rtt_ms"] + [("jitter_ms", "jitter ms")]
+    optional += [("accelerators", "accelerators")] if "accelerators" not in AXES else []
+    optional += [(c, c.removeprefix(TOPOLOGY_PREFIX).replace("_", " ")) for c in ctx.topology_columns]
     for column, label in optional:
         varied = len(ctx.values(column)) > 1
         layout = column in AXES and AXES[column].sharded_only and bool(ctx.values(column))

@@ -33,6 +33,11 @@ PROXIED = {
 NODE_COUNTS = {"cassandra": "cassandra_nodes", "s3": "s3_nodes", "ignite": "ignite_nodes"}
 
 
+# node_network=netns: node 127.0.0.N runs in namespace `workbench-N` at 10.77.1.N (workbench.net.netns makes them).
+NETNS_DIR = Path("/run/netns")  # where `ip netns add` names its namespaces
+NETNS_PREFIX = "workbench-"
+NETNS_NODES = "10.77.1."
+
 # Each server's well-known out-of-the-box login: refused unless Settings.dev_mode is set.
 CONSISTENCY_LEVELS = ("ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_ONE", "LOCAL_QUORUM", "EACH_QUORUM")
 # Topology settings (Settings fields) that every result row records, so runs of different clusters never mix.
@@ -143,8 +148,18 @@ class Settings(BaseSettings):
         return self
 
     def node_host(self, node: int) -> str:
-        """The address local node `node` (0-based) of a multi-node service listens on: node 0 is `host`,
-        the others the next loopback addresses (127.0.0.2, ...), so every node keeps its service's ports."""
+        """The address local node `node` (0-based) of a multi-node service listens on: its loopback address
+        (`proxy_host`), or with node_network=netns its namespace's address once `stack up` made the namespace
+        (the namespace of 127.0.0.N is at 10.77.1.N, see `workbench.net.netns`)."""
+        namespace = self.node_namespace(node)
+        if namespace is not None:
+            return NETNS_NODES + namespace.removeprefix(NETNS_PREFIX)
+        return self.proxy_host(node)
+
+    def proxy_host(self, node: int) -> str:
+        """Node `node`'s loopback address, where its toxiproxy proxies listen: node 0 is `host`, the others
+        the next loopback addresses (127.0.0.2, ...), so every node keeps its service's ports. With
+        node_network=loopback the node itself listens here too (then it is `node_host`)."""
         if node == 0:
             return self.host
         parts = self.host.split(".")
@@ -152,6 +167,17 @@ class Settings(BaseSettings):
             raise WorkbenchError(f"host {self.host} is not a loopback address: multi-node local stacks place "
                                  "node k on 127.0.0.(k+1); set WORKBENCH_HOST=127.0.0.1")
         return ".".join([*parts[:3], str(int(parts[3]) + node)])
+
+    def netns_name(self, node: int) -> str:
+        """The network namespace of node `node` with node_network=netns, named after its loopback address."""
+        return NETNS_PREFIX + self.proxy_host(node).rsplit(".", 1)[-1]
+
+    def node_namespace(self, node: int) -> str | None:
+        """The namespace node `node` runs in: None with loopback nodes, or where `stack up` could not make it."""
+        if self.node_network != "netns" or not self.host.startswith("127."):
+            return None
+        name = self.netns_name(node)
+        return name if (NETNS_DIR / name).exists() else None
 
     def nodes_of(self, path: str) -> int:
         """How many nodes serve a toxiproxy path (`PROXIED` names): 1 unless the service is clustered."""
@@ -178,7 +204,8 @@ class Settings(BaseSettings):
         WORKBENCH_S3_ENDPOINTS one of those per client rank (an external cluster: no toxiproxy on that path)."""
         if self.s3_endpoints:
             return rank_choice(self.s3_endpoints).strip()
-        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port('s3', via_proxy)}"
+        host = self.proxy_host(0) if via_proxy else self.node_host(0)
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port('s3', via_proxy)}"
 
     def s3_credentials(self) -> tuple[str, str]:
         """(access key, secret key), or a clear error saying where to set them."""

@@ -56,7 +56,8 @@ def where(addresses: list[Address]) -> str:
 
 def _local_nodes(settings: Settings, path: str, via_proxy: bool) -> list[Address]:
     port = settings.port(path, via_proxy)
-    return [(settings.node_host(node), port) for node in range(settings.nodes_of(path))]
+    host = settings.proxy_host if via_proxy else settings.node_host  # proxies listen on the host side
+    return [(host(node), port) for node in range(settings.nodes_of(path))]
 
 
 def cassandra_points(settings: Settings, via_proxy: bool = False) -> list[Address]:

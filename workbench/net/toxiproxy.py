@@ -50,11 +50,12 @@ class Toxiproxy:
         return self._call("GET", "/proxies")
 
     def ensure_proxies(self) -> None:
-        """One proxy per service path and node, listening on the node's address at the path's proxy port and
-        forwarding to that node's server (see Settings.proxy_names)."""
+        """One proxy per service path and node, listening on the node's loopback address at the path's proxy port
+        and forwarding to that node's server (see Settings.proxy_names; with node_network=netns the server is in
+        the node's namespace, the proxy on the host side)."""
         s = self.settings
         wanted = [
-            {"name": name, "listen": f"{s.node_host(node)}:{s.port(path, via_proxy=True)}",
+            {"name": name, "listen": f"{s.proxy_host(node)}:{s.port(path, via_proxy=True)}",
              "upstream": f"{s.node_host(node)}:{s.port(path)}", "enabled": True}
             for path in PROXIED for node, name in enumerate(s.proxy_names(path))
         ]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
+from workbench.net import netns
 from workbench.stack.ceilings import provision_ceilings  # the native ceilings of the provisioned services
 from workbench.stack.process import ManagedProcess
 from workbench.stack.registry import SERVICES
@@ -87,8 +88,10 @@ def up(settings: Settings, names: list[str] | None = None) -> list[ServiceStatus
     settings.check_credentials()
     services = select(settings, names)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
-    if settings.tls:  # the server certificate names every node: nodes of a cluster verify each other
-        ensure_certificates(settings, extra_hosts=tuple(sorted({s.node_host for s in services})))
+    netns.ensure(settings, max((s.node + 1 for s in services if s.clustered), default=0))  # node_network=netns
+    if settings.tls:  # the server certificate names every node (and its proxies): nodes verify each other
+        hosts = {h for s in services for h in (s.node_host, settings.proxy_host(s.node))}
+        ensure_certificates(settings, extra_hosts=tuple(sorted(hosts)))
     errors = provision(settings, names)
     started: list[Service] = []
     failed: dict[str, str] = {name: err for name, err in errors.items() if err}
@@ -104,7 +107,7 @@ def up(settings: Settings, names: list[str] | None = None) -> list[ServiceStatus
             except WorkbenchError as exc:
                 failed[service.node_name] = f"{service.node_name}: {exc}"
                 continue
-            process_of(service).start(launch.command, launch.env, launch.cwd)
+            process_of(service).start(launch.command, launch.env, launch.cwd, service.namespace)
         started.append(service)
     with ThreadPoolExecutor(max_workers=max(1, len(started))) as pool:
         healths = dict(zip([s.node_name for s in started], pool.map(_wait_healthy, started), strict=True))
@@ -136,12 +139,16 @@ def provision(settings: Settings, names: list[str] | None = None) -> dict[str, s
 
 
 def down(settings: Settings, names: list[str] | None = None) -> list[str]:
-    """Stop the selected services that this stack started, with nodes left from a larger topology."""
+    """Stop the selected services that this stack started, with nodes left from a larger topology; the whole
+    stack's down also removes the network namespaces it made."""
     services = select(settings, names)
     services += [node for cls in SERVICES.values() if not names or cls.name in names
                  for node in (cls(settings, k) for k in range(cls.node_count(settings), MAX_NODES))
                  if process_of(node).pid_file.exists()]
-    return [s.node_name for s in reversed(services) if process_of(s).stop()]
+    stopped = [s.node_name for s in reversed(services) if process_of(s).stop()]
+    if not names:
+        netns.teardown(settings)
+    return stopped
 
 
 def status(settings: Settings, names: list[str] | None = None) -> list[ServiceStatus]:

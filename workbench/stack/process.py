@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench.net.netns import exec_prefix
+
 
 def _start_ticks(pid: int) -> int | None:
     """The process start time in clock ticks since boot, or None if no such process."""
@@ -56,9 +58,11 @@ class ManagedProcess:
             return None
         return pid
 
-    def start(self, command: list[str], env: dict[str, str], cwd: Path) -> int:
-        """Launch detached in its own session (so it survives the CLI) with output appended to the log."""
+    def start(self, command: list[str], env: dict[str, str], cwd: Path, namespace: str | None = None) -> int:
+        """Launch detached in its own session (so it survives the CLI) with output appended to the log; inside
+        the network namespace `namespace` when one is given (`ip netns exec` execs the command: same pid)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        command = exec_prefix(namespace) + command
         with self.log_file.open("ab") as log:
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(command)}\n".encode())
             log.flush()

@@ -3,7 +3,8 @@
 Adding a service is one module with a `Service` subclass plus one line in `workbench.stack.registry`.
 A clustered service runs one instance per node (`node_count`): node k is named `<name>-<k+1>` (node 0 keeps
 the plain name), listens on `settings.node_host(k)` with the service's usual ports, and keeps its own data
-folder, pid file and log.
+folder, pid file and log. With node_network=netns each node of a clustered service runs in its node's network
+namespace (`workbench.net.netns`), started through `ip netns exec`.
 """
 
 from __future__ import annotations
@@ -54,9 +55,20 @@ class Service(ABC):
         return self.name if self.node == 0 else f"{self.name}-{self.node + 1}"
 
     @property
+    def clustered(self) -> bool:
+        """Whether this service runs one instance per node (it overrides `node_count`): those listen on node
+        addresses and, with node_network=netns, run in their node's namespace; the others stay on the host."""
+        return type(self).node_count.__func__ is not Service.node_count.__func__  # type: ignore[attr-defined]
+
+    @property
     def node_host(self) -> str:
         """The address this node listens on."""
-        return self.settings.node_host(self.node)
+        return self.settings.node_host(self.node) if self.clustered else self.settings.proxy_host(self.node)
+
+    @property
+    def namespace(self) -> str | None:
+        """The network namespace this node runs in (node_network=netns, once `stack up` made it), else None."""
+        return self.settings.node_namespace(self.node) if self.clustered else None
 
     @property
     def home(self) -> Path:

@@ -504,8 +504,8 @@ def startup_flags(ctx: Context) -> pd.DataFrame:
         if column in flagged.columns:
             out[header] = flagged[column]
     if "startup_note" in ctx.ok.columns and "point_id" in flagged.columns:
-        notes = ctx.ok.groupby("point_id")["startup_note"].agg(
-            lambda v: "; ".join(dict.fromkeys(str(n) for n in v if isinstance(n, str) and n)))
+        notes = ctx.ok.groupby("point_id")["startup_note"].agg(  # the first repetition's that has one
+            lambda v: next((n for n in v if isinstance(n, str) and n), ""))
         out["note"] = flagged["point_id"].map(notes).fillna("")
     return out.reset_index(drop=True)
 

@@ -249,9 +249,9 @@ def _run(command: list[str], check: bool = True) -> str:
 
 @contextmanager
 def _locked() -> Iterator[None]:
-    """One stack at a time changes the namespaces and the shared bridge (a lock on the folder `ip netns` uses)."""
-    NETNS_DIR.mkdir(parents=True, exist_ok=True)
-    fd = os.open(NETNS_DIR, os.O_RDONLY)
+    """One stack at a time changes the namespaces and the shared bridge. The lock is on /run, the folder above
+    the namespaces' (`ip netns add` locks that one itself), so it leaves no file behind."""
+    fd = os.open(NETNS_DIR.parent, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -3,10 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 comma := ,
-EXTRAS ?= triton,torch,tf,dali,bench,peers,lightning,dev
+EXTRAS ?= triton,torch,tf,dali,bench,peers,lightning,spark,dev
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-10)-$(subst $(comma),_,$(EXTRAS))
 
-.PHONY: venv stack-up stack-down stack-status demo test unit lint sweep notebooks lab fuzz
+.PHONY: system-packages venv stack-up stack-down stack-status demo test unit lint sweep notebooks lab fuzz
 
 venv: $(STAMP)
 
@@ -15,6 +15,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
 	rm -f $(VENV)/.installed-* && touch $@
+
+# Debian packages some tests drive: chromium (the report pages in a real browser) and Open MPI (mpirun-launched
+# client ranks). apt needs root; without it those tests skip and say why.
+SYSTEM_PACKAGES := chromium:chromium openmpi-bin:mpirun
+system-packages:
+	@missing=""; for pair in $(SYSTEM_PACKAGES); do command -v $${pair#*:} >/dev/null || missing="$$missing $${pair%%:*}"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; } \
+			|| echo "apt-get could not install$$missing: the tests that need them will skip"; \
+	else echo "not installed (needs root and apt):$$missing: the tests that need them will skip"; fi
 
 stack-up: venv
 	$(BIN)/workbench stack up
@@ -55,10 +66,10 @@ fuzz: venv
 	$(BIN)/python -c "import atheris" 2>/dev/null || $(BIN)/python -m pip install -q -e '.[fuzz]'
 	$(BIN)/python fuzz/run.py --seconds $(FUZZ_SECONDS)
 
-test: stack-up
+test: stack-up system-packages
 	$(BIN)/python -m pytest
 
-unit: venv
+unit: venv system-packages
 	$(BIN)/python -m pytest -m "not services and not gpu"
 
 # ruff, and the layers and no-import-circle contracts of pyproject.toml ([tool.importlinter]).

@@ -24,6 +24,8 @@ from workbench.chaos import chaos_command
 from workbench.cli_clients import clients_command
 from workbench.cli_inference import inference_app
 from workbench.cli_k8s import app as k8s_app
+from workbench.cli_options import key_values
+from workbench.cli_report import app as results_app
 from workbench.concurrency import parse_concurrency
 from workbench.config import Settings, cluster_topology, ensure_credentials, get_settings, write_settings
 from workbench.data import make_split, parse_ratios, parse_source
@@ -41,6 +43,7 @@ from workbench.stack.probe import probe_all
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 stack_app = typer.Typer(no_args_is_help=True, help="Run the real servers: Cassandra, MinIO, Ignite, Triton, toxiproxy.")
 app.add_typer(stack_app, name="stack")
+app.add_typer(results_app, name="results")  # results index, results compare
 stack_app.add_typer(k8s_app)  # stack k8s, stack external-bootstrap
 console = Console()
 
@@ -158,21 +161,18 @@ def stack_probe(repeats: Annotated[int, typer.Option(min=1)] = 20) -> None:
         raise typer.Exit(1)
 
 
-def parse_options(pairs: list[str]) -> dict[str, str]:
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise WorkbenchError(f"layout option {pair!r} is not KEY=VALUE (e.g. -o maxcount=1000)")
-        options[key.replace("-", "_")] = value
-    return options
-
-
 Backend = Annotated[str, typer.Option("--backend", "-b", help="cassandra | s3-objects | s3-shards | ignite | fs")]
 Options = Annotated[list[str] | None, typer.Option(
     "--option", "-o", help="layout option KEY=VALUE, repeatable (e.g. workers=8, maxcount=1000; an unknown key lists "
     "the backend's options)")]
 Dataset = Annotated[str | None, typer.Option(help="dataset name (default: the source's own name)")]
+
+
+class Engine(StrEnum):
+    """Who runs the writers of `workbench ingest`."""
+
+    local = "local"
+    spark = "spark"
 
 
 class OnBad(StrEnum):
@@ -185,21 +185,42 @@ class OnBad(StrEnum):
 @app.command("ingest")
 def ingest_command(
     source: Annotated[str, typer.Option(
-        help="synthetic:N[:classification|segmentation|multilabel] | imagefolder:PATH")],
+        help="synthetic:N[:classification|segmentation|multilabel] | imagefolder:PATH (Spark on a cluster: a path "
+        "every executor reads)")],
     backend: Backend,
     dataset: Dataset = None,
     option: Options = None,
     on_bad: Annotated[OnBad, typer.Option(
         "--on-bad", help="bad images (empty, not an image, truncated, corrupt): skip = report each and ingest the "
         "rest; fail = check all first, write nothing, exit 1 naming them")] = OnBad.skip,
+    engine: Annotated[Engine, typer.Option(
+        help="local: this process's writer threads; spark: the same writers in Apache Spark tasks, as "
+        "cassandra-dali-plugin ingests ImageNet (pip install 'workbench[spark]')")] = Engine.local,
+    master: Annotated[str, typer.Option(help="spark: local[N] (N tasks at once here) or a cluster URL: "
+                                        "spark://HOST:7077, yarn, k8s://...")] = "local[2]",
+    partitions: Annotated[int | None, typer.Option(min=1, help="spark: tasks (default: one per 10,000 samples, at "
+                                                   "least the master's parallelism)")] = None,
+    max_failures: Annotated[int, typer.Option(min=1, help="spark: attempts per task before the ingest fails")] = 4,
+    conf: Annotated[list[str] | None, typer.Option(
+        "--conf", help="spark: a Spark setting KEY=VALUE, repeatable (e.g. spark.executor.memory=4g)")] = None,
 ) -> None:
-    """Write a dataset into a backend's layout; re-running adds nothing, an interrupted run resumes."""
+    """Write a dataset into a backend's layout; re-running adds nothing, an interrupted run resumes, and a
+    retried Spark task duplicates nothing."""
 
     settings = get_settings()
-    src = parse_source(source)
-    target = make_backend(backend, settings, dataset or src.name, **parse_options(option or []))
+    layout = key_values(option, "layout option", "-o maxcount=1000")
     try:
-        summary = ingest(src, target, on_bad=on_bad.value, source_spec=source)
+        if engine == Engine.spark:
+            from workbench.ingest_spark import ingest_with_spark
+
+            spark_conf = key_values(conf, "Spark setting", "--conf spark.executor.memory=4g",
+                                    dashes_to_underscores=False)
+            summary = ingest_with_spark(source, backend, settings, dataset, master=master, partitions=partitions,
+                                        on_bad=on_bad.value, max_failures=max_failures, conf=spark_conf, **layout)
+        else:
+            src = parse_source(source)
+            target = make_backend(backend, settings, dataset or src.name, **layout)
+            summary = ingest(src, target, on_bad=on_bad.value, source_spec=source)
     except BadImagesError as exc:
         for bad in exc.bad:
             console.print(f"[red]bad image[/red] {bad}", highlight=False, soft_wrap=True)
@@ -208,7 +229,7 @@ def ingest_command(
     for bad in summary.skipped_bad:
         console.print(f"[yellow]skipped bad image[/yellow] {bad}", highlight=False, soft_wrap=True)
     console.print(summary.line(), highlight=False)
-    console.print(f"catalog: {catalog_path(settings, backend, target.dataset)}")
+    console.print(f"catalog: {catalog_path(settings, backend, summary.dataset)}")
 
 
 @app.command("split")

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from workbench.bench.inference import DEFAULT_RESULTS, sweep_inference
+from workbench.cli_options import key_values
 from workbench.config import get_settings
 from workbench.errors import WorkbenchError
 
@@ -54,12 +55,7 @@ def inference_command(
     from rich.console import Console
     from rich.table import Table
 
-    loader_options: dict[str, Any] = {}
-    for pair in option or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise WorkbenchError(f"loader option '{pair}' is not KEY=VALUE (e.g. -o concurrency=32)")
-        loader_options[key.replace("-", "_")] = value
+    loader_options: dict[str, Any] = key_values(option, "loader option", "-o concurrency=32")
     console = Console()
     table_view = Table("protocol", "concurrency", "batch", "inferences/s", "p50 ms", "p95 ms", "p99 ms",
                        "loader wait ms", title=f"{model} fed by {loader} ({dataset}/{split})")

@@ -12,7 +12,7 @@ from spark_sources import FailsFirstAttempt, ship_by_value
 from typer.testing import CliRunner
 
 from workbench.backends.registry import make_backend
-from workbench.cli_ingest_spark import app
+from workbench.cli import app
 from workbench.config import Settings, get_settings
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
@@ -184,7 +184,7 @@ def test_on_bad_fail_checks_every_partition_and_writes_nothing(settings, tmp_pat
 
 @pytest.fixture
 def cli_settings(tmp_path, monkeypatch):
-    """The sub-app reads the process settings: a private state_dir for them."""
+    """The CLI reads the process settings: a private state_dir for them."""
     monkeypatch.setenv("WORKBENCH_STATE_DIR", str(tmp_path / "state"))
     get_settings.cache_clear()
     yield get_settings()
@@ -192,7 +192,8 @@ def cli_settings(tmp_path, monkeypatch):
 
 
 def test_cli_names_a_malformed_pair(cli_settings):
-    result = CliRunner().invoke(app, ["ingest", "--source", "synthetic:4", "-b", "fs", "--conf", "spark.ui.enabled"])
+    result = CliRunner().invoke(app, ["ingest", "--engine", "spark", "--source", "synthetic:4", "-b", "fs",
+                                  "--conf", "spark.ui.enabled"])
     assert isinstance(result.exception, WorkbenchError)
     assert "Spark setting 'spark.ui.enabled' is not KEY=VALUE" in str(result.exception)
 
@@ -200,7 +201,8 @@ def test_cli_names_a_malformed_pair(cli_settings):
 @needs_spark
 @pytest.mark.slow
 def test_cli_ingests_and_prints_how_spark_ran(cli_settings, tmp_path):
-    args = ["ingest", "--source", "synthetic:6", "-b", "fs", "--dataset", "cli", "-o", f"root={tmp_path / 'cli'}",
+    args = ["ingest", "--engine", "spark", "--source", "synthetic:6", "-b", "fs",
+            "--dataset", "cli", "-o", f"root={tmp_path / 'cli'}",
             "--partitions", "2", "--conf", "spark.ui.enabled=false"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

@@ -113,3 +113,13 @@ def test_only_clustered_services_move_into_namespaces(run_netns):
 def test_the_exec_prefix_enters_the_namespace_only_when_there_is_one():
     assert netns.exec_prefix("workbench-3") == ["ip", "netns", "exec", "workbench-3"]
     assert netns.exec_prefix(None) == []
+
+
+def test_show_without_namespaces_says_the_nodes_are_on_loopback(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from workbench import cli_netns
+
+    monkeypatch.setattr(cli_netns, "get_settings", lambda: Settings(state_dir=tmp_path))
+    result = CliRunner().invoke(cli_netns.app, ["show"])
+    assert result.exit_code == 0 and "no namespaces" in result.output

@@ -217,7 +217,7 @@ def _shape(settings: Settings, node: Node) -> None:
 def _remove(settings: Settings, nodes: list[Node]) -> list[str]:
     removed = []
     for node in nodes:
-        if _link_exists(node.veth):  # its peer inside goes with it, even while a process keeps the namespace
+        if _is_veth(node.veth):  # its peer inside goes with it, even while a process keeps the namespace
             _run(["ip", "link", "del", node.veth], check=False)
         if (NETNS_DIR / node.namespace).exists():
             _run(["ip", "netns", "del", node.namespace], check=False)
@@ -232,6 +232,14 @@ def _remove(settings: Settings, nodes: list[Node]) -> list[str]:
 def _link_exists(name: str) -> bool:
     """An interface of the host's own namespace (where this process runs)."""
     return (Path("/sys/class/net") / name).exists()
+
+
+def _is_veth(name: str) -> bool:
+    """Whether the host has a veth of that name (a link of another kind with our name is not ours to remove)."""
+    if not _link_exists(name):
+        return False
+    rows = json.loads(_run(["ip", "-j", "-d", "link", "show", "dev", name], check=False) or "[]")
+    return any(row.get("linkinfo", {}).get("info_kind") == "veth" for row in rows)
 
 
 def _run(command: list[str], check: bool = True) -> str:

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,37 @@ def test_the_command_line_shows_the_caps_and_measures_them(tmp_path, monkeypatch
     finally:
         netns.teardown(settings)
     assert leftovers(settings, 1) == [] and not (NETNS_DIR / "workbench-219").exists()
+
+
+@pytest.mark.services
+def test_a_minio_cluster_runs_in_namespaces_behind_host_side_proxies(tmp_path):
+    """2 MinIO processes x 2 drives, each in its namespace capped at 100 Mbit/s; toxiproxy on the host."""
+    from workbench.stack.minio import MinIO
+    from workbench.storage import s3_client
+
+    cap = 100
+    settings = netns_settings("127.0.0.221", tmp_path, node_bandwidth_mbps=cap, s3_nodes=2, s3_drives_per_node=2,
+                              s3_port=29500, s3_console_port=29501, proxy_s3_port=29590, toxiproxy_port=29574,
+                              tls=False)
+    services = ["toxiproxy", "minio"]
+    try:
+        rows = manager.up(settings, services)
+        assert all(r.healthy for r in rows), [f"{r.service}: {r.detail}" for r in rows if not r.healthy]
+        assert [r.address for r in rows] == ["127.0.0.221:29574", "10.77.1.221:29500", "10.77.1.222:29500"]
+        listening = {p["listen"]: p["upstream"] for p in requests.get(
+            "http://127.0.0.221:29574/proxies", timeout=10).json().values() if p["listen"].endswith(":29590")}
+        assert listening == {"127.0.0.221:29590": "10.77.1.221:29500", "127.0.0.222:29590": "10.77.1.222:29500"}
+        direct = s3_client(settings, endpoint=MinIO(settings, 1).url())  # node 1, in its namespace
+        direct.create_bucket(Bucket="netns")
+        payload = os.urandom(12 * 2**20)
+        direct.put_object(Bucket="netns", Key="blob", Body=payload)
+        proxied = s3_client(settings, via_proxy=True)  # node 0 through its proxy on the host side
+        start = time.monotonic()
+        assert proxied.get_object(Bucket="netns", Key="blob")["Body"].read() == payload
+        seconds = time.monotonic() - start
+        print(f"\n12 MiB through node 0's proxy at a {cap} Mbit/s cap: {len(payload) * 8 / seconds / 1e6:.1f} Mbit/s "
+              f"({len(payload) * 8 / seconds / 1e6 / cap:.2f} of the cap; the object's shards also cross node 1's)")
+    finally:
+        manager.down(settings, services)
+        manager.down(settings)
+    assert leftovers(settings, 2) == []

@@ -15,7 +15,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
-from workbench.loaders import LOADERS, Batch, Item, loader_class, make_loader
+from workbench.loaders import LOADERS, Batch, Item, Loader, loader_class, make_loader
 
 
 class LoaderDataset(IterableDataset):
@@ -24,6 +24,11 @@ class LoaderDataset(IterableDataset):
     Each worker builds its own loader (own connections) for shard (rank, worker) of the flat
     shard space, so ranks x workers deliver every sample of the split exactly once per epoch.
     Call `set_epoch(e)` before each epoch when shuffling (as with DistributedSampler).
+
+    Resumable (torchdata's Stateful convention): `state_dict()` is this reader's loader state (epoch, items of
+    its order delivered), `load_state_dict(state)` makes the next iteration deliver the rest of that epoch.
+    torchdata's `StatefulDataLoader` calls both in each worker, so its `state_dict()` taken after k batches
+    resumes at batch k + 1 with any number of workers (the same number as when it was saved).
     """
 
     def __init__(self, loader: str, settings: Settings, transform: Callable[[Item], Any] | None = None,
@@ -34,17 +39,56 @@ class LoaderDataset(IterableDataset):
         self.config = loader_class(loader).Config(**config).model_dump()  # validate now, before any worker starts
         self.transform = transform or as_tuple
         self.epoch = 0
+        self._pending: dict[str, Any] | None = None  # loaded, for the next iteration
+        self._report: dict[str, Any] | None = None  # what state_dict says while no loader is reading
+        self._live: Loader | None = None  # the loader of the iteration in progress (in this process)
 
     def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self._pending = self._report = None
         self.epoch = epoch
 
+    def state_dict(self) -> dict[str, Any]:
+        """This reader's loader state: the one reading now, else where the last iteration stopped (or the loaded
+        state not started yet), else the start of `epoch`."""
+        if self._live is not None:
+            return self._live.state_dict()
+        if self._report is not None:
+            return dict(self._report)
+        cls = loader_class(self.loader)
+        return cls.make_state(cls.Config(**self.config), *_worker(), self.epoch)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from `state` (checked now against this reader: a mismatch is one WorkbenchError line)."""
+        cls = loader_class(self.loader)
+        resume = cls.check_state(state, cls.Config(**self.config), *_worker())
+        self.epoch = resume.epoch
+        self._pending = self._report = dict(state)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_live": None}  # a reading loader stays in its process
+
     def __iter__(self) -> Iterator[Any]:
-        info = get_worker_info()
-        worker_id, num_workers = (info.id, info.num_workers) if info else (0, 1)
-        with make_loader(self.loader, self.settings, worker_id, num_workers, **self.config) as loader:
+        # Not a generator: the loaded state is taken now, so a state_dict() asked before the first element
+        # (StatefulDataLoader asks at once) describes this iteration, not the last.
+        resume, self._pending = self._pending, None
+        self._report = resume
+        return self._read(resume)
+
+    def _read(self, resume: dict[str, Any] | None) -> Iterator[Any]:
+        with make_loader(self.loader, self.settings, *_worker(), **self.config) as loader:
             loader.set_epoch(self.epoch)
-            for item in loader:
-                yield self.transform(item)
+            if resume is not None:
+                loader.load_state_dict(resume)
+            self._live = loader
+            try:
+                yield from self._elements(loader)
+            finally:
+                self._report, self._live = loader.state_dict(), None
+
+    def _elements(self, loader: Loader) -> Iterator[Any]:
+        for item in loader:
+            yield self.transform(item)
 
 
 class BatchDataset(LoaderDataset):
@@ -55,18 +99,20 @@ class BatchDataset(LoaderDataset):
     sample's bytes through a pipe, and the main process touches one object per batch. Elements:
     {"data": uint8 [bytes], "offsets": int64 [n + 1], "label": int64 [n] (-1: none) or a list of blobs,
     "key": list of ids}; `payloads(batch)` slices the samples out without copying. A `transform` gets and
-    returns such a dict (e.g. `decode_batch`), in the worker.
+    returns such a dict (e.g. `decode_batch`), in the worker. Resumable like `LoaderDataset` (state in samples).
     """
 
-    def __iter__(self) -> Iterator[Any]:
-        info = get_worker_info()
-        worker_id, num_workers = (info.id, info.num_workers) if info else (0, 1)
+    def _elements(self, loader: Loader) -> Iterator[Any]:
         transform = None if self.transform is as_tuple else self.transform
-        with make_loader(self.loader, self.settings, worker_id, num_workers, **self.config) as loader:
-            loader.set_epoch(self.epoch)
-            for batch in loader.batches():
-                element = batch_tensors(batch)
-                yield transform(element) if transform else element
+        for batch in loader.batches():
+            element = batch_tensors(batch)
+            yield transform(element) if transform else element
+
+
+def _worker() -> tuple[int, int]:
+    """(worker id, workers) of the DataLoader worker this runs in; (0, 1) in the main process."""
+    info = get_worker_info()
+    return (info.id, info.num_workers) if info else (0, 1)
 
 
 def batch_tensors(batch: Batch) -> dict[str, Any]:

@@ -3,14 +3,25 @@
 A loader reads raw samples (key, label, bytes) from one backend layout and hides the network with
 its own strategy; the adapters (`workbench.adapters`) turn any loader into a PyTorch dataset, a
 tf.data pipeline or a DALI pipeline. Adding a loader is one module plus one line in the registry.
+
+Resuming mid-epoch (torchdata's Stateful convention: `state_dict()` / `load_state_dict()`): a reader's
+order is fixed by (seed, epoch, shard, worker) when ``ordered``, so its state is the epoch and how many
+items of that order it delivered; a fresh loader given that state delivers the rest, none twice, none
+missed. Loaders whose order is a list (ids, objects, files) skip it with `unread`, shard loaders with
+`resume_position` (`workbench.loaders.order.resume_shards`); any other loader reads the epoch again and
+drops what was delivered (exact, not cheap). Out of order (``ordered=False``) a count says nothing about
+which items came, so the state lists the ids delivered this epoch instead (its size grows with the epoch).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from typing import Annotated, Any, ClassVar, Literal
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -18,6 +29,12 @@ from workbench.config import Settings
 from workbench.data import Item
 from workbench.data.batch import Batch, batched
 from workbench.errors import WorkbenchError
+from workbench.loaders.order import effective_shard
+
+T = TypeVar("T")
+STATE_VERSION = 1
+# Config fields that fix a reader's order: a state resumes only a loader that has the same values.
+ORDER_FIELDS = ("dataset", "split", "seed", "shuffle", "ordered", "shuffle_buffer", "mode")
 
 
 class LoaderConfig(BaseModel):
@@ -45,6 +62,21 @@ class LoaderConfig(BaseModel):
         if self.shard_id >= self.num_shards:
             raise ValueError(f"shard_id {self.shard_id} must be < num_shards {self.num_shards}")
         return self
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A loaded state: in `epoch`, the first `position` items of the reader's order were delivered (ordered), or
+    the items of `delivered` ids (out of order); `done`: the epoch had ended."""
+
+    epoch: int
+    position: int
+    done: bool
+    delivered: tuple[str, ...] | None
+
+    @functools.cached_property
+    def skip(self) -> frozenset[str]:
+        return frozenset(self.delivered or ())
 
 
 class Loader(ABC):
@@ -77,30 +109,180 @@ class Loader(ABC):
         self.samples = 0
         self.bytes = 0
         self._lock = threading.Lock()
+        self._position = 0  # items of this epoch's order delivered (a resumed epoch counts the skipped ones)
+        self._delivered: list[str] | None = None  # ids delivered this epoch (ordered=False)
+        self._done = False
+        self._pending: Resume | None = None  # loaded by load_state_dict, taken by the next iteration
+        self._active: Resume | None = None  # the resume the iteration in progress started from
+        self._claimed = False  # the loader skipped what `_active` says itself (unread / resume_position)
 
     def set_epoch(self, epoch: int) -> None:
-        """Like DistributedSampler.set_epoch: the next iteration uses this epoch's order."""
+        """Like DistributedSampler.set_epoch: the next iteration uses this epoch's order (a loaded state of
+        another epoch is dropped)."""
+        if epoch != self.epoch:
+            self._pending = None
+            self._position, self._delivered, self._done = 0, None, False
         self.epoch = epoch
+
+    # ------------------------------------------------------------------------------- resuming
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this reader stands: the epoch, how many items of its order it delivered (and with ordered=False,
+        which ids), whether the epoch ended, and what identifies the reader and its order. Plain values."""
+        with self._lock:
+            if self._pending is not None:
+                p = self._pending
+                return self.make_state(self.config, self.worker_id, self.num_workers, p.epoch, p.position, p.done,
+                                       p.delivered)
+            return self.make_state(self.config, self.worker_id, self.num_workers, self.epoch, self._position,
+                                   self._done, self._delivered)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume where `state` (from `state_dict()` of a loader with the same settings, rank and worker) stopped:
+        the next iteration delivers the rest of that epoch. A state that does not fit is one WorkbenchError."""
+        resume = self.check_state(state, self.config, self.worker_id, self.num_workers)
+        with self._lock:
+            self.epoch = resume.epoch
+            self._pending = resume
+
+    @classmethod
+    def make_state(cls, config: LoaderConfig, worker_id: int, num_workers: int, epoch: int, position: int = 0,
+                   done: bool = False, delivered: Any = None) -> dict[str, Any]:
+        """A state dict (also for readers not built yet: the start of `epoch`)."""
+        state: dict[str, Any] = {
+            "version": STATE_VERSION, "loader": cls.name, "epoch": epoch, "position": position, "done": done,
+            "reader": list(effective_shard(config.shard_id, config.num_shards, worker_id, num_workers)),
+            "order": {f: getattr(config, f) for f in ORDER_FIELDS if hasattr(config, f)},
+        }
+        if not config.ordered:
+            state["delivered"] = list(delivered or ())
+        return state
+
+    @classmethod
+    def check_state(cls, state: Mapping[str, Any], config: LoaderConfig, worker_id: int, num_workers: int) -> Resume:
+        """`state` as a Resume for this reader, or one WorkbenchError line saying why it cannot resume it."""
+        what = f"loader '{cls.name}'"
+        if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
+            found = state.get("version") if isinstance(state, Mapping) else type(state).__name__
+            raise WorkbenchError(f"{what}: not a loader state of version {STATE_VERSION} (got {found!r}): pass what "
+                                 "state_dict() returned")
+        if state.get("loader") != cls.name:
+            raise WorkbenchError(f"{what} cannot resume a state of loader '{state.get('loader')}'")
+        reader = list(effective_shard(config.shard_id, config.num_shards, worker_id, num_workers))
+        if list(state.get("reader") or []) != reader:
+            saved = state.get("reader") or ["?", "?"]
+            raise WorkbenchError(
+                f"{what}: the state is reader {saved[0]} of {saved[1]} (ranks x DataLoader workers), this is reader "
+                f"{reader[0]} of {reader[1]}: resume with the same ranks, shard_id and DataLoader workers")
+        order = {f: getattr(config, f) for f in ORDER_FIELDS if hasattr(config, f)}
+        saved_order = state.get("order") or {}
+        for name, value in order.items():
+            if saved_order.get(name) != value:
+                raise WorkbenchError(f"{what}: the state was saved with {name}={saved_order.get(name)!r}, this loader "
+                                     f"has {name}={value!r}: resume with the settings the state was saved with")
+        try:
+            epoch, position, done = int(state["epoch"]), int(state["position"]), bool(state["done"])
+            delivered = None if config.ordered else tuple(str(k) for k in state["delivered"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise WorkbenchError(f"{what}: a damaged state ({type(exc).__name__}: {exc}): pass what state_dict() "
+                                 "returned") from None
+        if epoch < 0 or position < 0:
+            raise WorkbenchError(f"{what}: a damaged state (epoch {epoch}, position {position})")
+        return Resume(epoch, position, done, delivered)
+
+    def unread(self, epoch: int, order: list[T], key: Callable[[T], str] | None = None) -> list[T]:
+        """This reader's `order` for `epoch` less what a loaded state says was delivered: its first `position`
+        elements, or (ordered=False) those whose sample id `key` gives is among the delivered ids. Loaders whose
+        order is a list pass it through here and so resume without re-reading; without `key` (ids known only once
+        read) the delivered ones are dropped after reading."""
+        resume = self._active
+        if resume is None or resume.epoch != epoch:
+            return order
+        if resume.delivered is None:
+            if resume.position > len(order):
+                raise WorkbenchError(f"loader '{self.name}': the state says {resume.position} items of epoch {epoch} "
+                                     f"were delivered, but this reader's order has {len(order)}: the dataset "
+                                     "changed since the state was saved; start the epoch afresh")
+            self._claimed = True
+            return order[resume.position:]
+        if key is None:
+            return order
+        rest = [element for element in order if key(element) not in resume.skip]
+        if len(order) - len(rest) != len(resume.skip):
+            raise WorkbenchError(f"loader '{self.name}': {len(resume.skip) - (len(order) - len(rest))} ids the "
+                                 f"state lists as delivered are not in this reader's order of epoch {epoch}: the "
+                                 "dataset changed since the state was saved; start the epoch afresh")
+        self._claimed = True
+        return rest
+
+    def resume_position(self, epoch: int) -> int:
+        """How many items of this reader's order for `epoch` a loaded (ordered) state says were delivered, for a
+        loader that skips them itself (0: start at the beginning; out-of-order states are left to the base)."""
+        resume = self._active
+        if resume is None or resume.epoch != epoch or resume.delivered is not None:
+            return 0
+        self._claimed = True
+        return resume.position
+
+    def _epoch_items(self) -> Iterator[Item]:
+        """This epoch's items from where a loaded state stopped (or from the start), counted for `state_dict`."""
+        with self._lock:
+            resume, self._pending = self._pending, None
+            if resume is not None and resume.epoch != self.epoch:
+                resume = None
+            self._position = resume.position if resume else 0
+            self._delivered = None if self.config.ordered else list(resume.delivered or ()) if resume else []
+            self._done = bool(resume and resume.done)
+            self._active, self._claimed = resume, False
+        if resume is not None and resume.done:
+            return
+        items = iter(self.iter_epoch(self.epoch))
+        try:
+            if resume is None or (resume.position == 0 and not resume.delivered):
+                yield from items
+                return
+            first = next(items, None)  # the loader has run up to its first item: it has claimed the resume, or not
+            if first is None:
+                return
+            rest: Iterator[Item] = itertools.chain([first], items)
+            if not self._claimed:  # read again, drop what was delivered
+                if resume.delivered is not None:
+                    rest = (item for item in rest if item.key not in resume.skip)
+                else:
+                    rest = itertools.islice(rest, resume.position, None)
+            yield from rest
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
 
     @abstractmethod
     def iter_epoch(self, epoch: int) -> Iterator[Item]:
         """This shard's items for `epoch` (shuffled by seed and epoch when `config.shuffle`)."""
 
     def __iter__(self) -> Iterator[Item]:
-        for item in self.iter_epoch(self.epoch):
+        for item in self._epoch_items():
             with self._lock:
                 self.samples += 1
                 self.bytes += len(item.data)
+                self._position += 1
+                if self._delivered is not None:
+                    self._delivered.append(item.key)
             yield item
+        self._done = True
 
     def batches(self) -> Iterator[Batch]:
         """This epoch as batches of `config.batch_size` in one buffer each: the adapters' hot path (one object
-        and one counter update per batch). Loaders whose client hands over whole buffers may override it."""
-        for batch in batched(self.iter_epoch(self.epoch), self.config.batch_size):
+        and one counter update per batch). Resumes from a loaded state as iterating does."""
+        for batch in batched(self._epoch_items(), self.config.batch_size):
             with self._lock:
                 self.samples += len(batch)
                 self.bytes += batch.nbytes
+                self._position += len(batch)
+                if self._delivered is not None:
+                    self._delivered.extend(batch.keys)
             yield batch
+        self._done = True
 
     def close(self) -> None:  # noqa: B027 - optional: loaders holding connections override it
         """Release connections and threads."""

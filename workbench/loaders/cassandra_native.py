@@ -353,7 +353,7 @@ class CassandraNativeLoader(HasWindow, Loader):
             out.put_nowait(_Failure(exc))
 
     def iter_epoch(self, epoch: int) -> Iterator[Item]:
-        keys = self.shard_ids(epoch)
+        keys = self.unread(epoch, self.shard_ids(epoch), key=str)  # resuming: the ids not yet delivered
         if not keys:
             return
         layout, io = self._connect_retrying()

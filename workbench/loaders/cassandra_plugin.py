@@ -167,7 +167,8 @@ class CassandraPluginLoader(CassandraLoader):
         import numpy as np
 
         load_plugin()
-        ids = self.shard_ids(epoch)  # lists the split once through the Python driver (metadata table)
+        # lists the split once through the Python driver (metadata table); resuming: the ids not yet delivered
+        ids = self.unread(epoch, self.shard_ids(epoch), key=str)
         if not ids:
             return
         pipe = self._pipeline(ids)

@@ -13,6 +13,9 @@ layout is recognised from the files: ``<root>/<split>/index.json`` means shards)
   and cut into Items by the spans of a version-2 index (slices, no tar parsing; a version-1 index: parsed
   with `read_shard`); samples then go through a seeded ``shuffle_buffer``, as with S3 shards.
 
+Resuming mid-epoch (a loaded `state_dict`): imagefolder skips the files already delivered; shards replay the
+shuffle buffer on positions (`resume_shards`) and read only the shards still holding samples to come.
+
 A missing or unreadable file raises a WorkbenchError naming it.
 ``raw_ceiling(settings, config)`` reads the same files with plain threads: what the disk gives at best.
 """
@@ -39,7 +42,7 @@ from workbench.errors import WorkbenchError
 from workbench.layouts.objects import JOURNAL, MANIFEST, SIDECAR
 from workbench.layouts.shards import INDEX, shard_items
 from workbench.loaders.base import Item, Loader, LoaderConfig
-from workbench.loaders.order import effective_shard, epoch_order, shuffle_buffer, take_shard
+from workbench.loaders.order import effective_shard, epoch_order, resume_shards, shuffle_buffer, take_shard
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +147,8 @@ class FilesystemLoader(Loader):
 
     def _files_epoch(self, epoch: int) -> Iterator[Item]:
         c = self.config
-        entries = take_shard(epoch_order(self.files(), c.seed, epoch, c.shuffle), *self._shard())
+        entries = self.unread(epoch, take_shard(epoch_order(self.files(), c.seed, epoch, c.shuffle), *self._shard()),
+                              key=lambda entry: entry.id)
         pool = self._pool.get()
         for _, item in in_flight(entries, lambda e: pool.submit(self._read_file, e), c.concurrency, c.ordered):
             yield item
@@ -169,12 +173,26 @@ class FilesystemLoader(Loader):
         mine = take_shard(epoch_order(shards, c.seed, epoch, c.shuffle), index, count)
         pool = self._pool.get()
         depth = max(1, min(fixed_depth(c.concurrency), SHARDS_IN_FLIGHT))
+        size = c.shuffle_buffer if c.shuffle else 0
+        rng = random.Random(f"{c.seed}:{epoch}:{index}")
+        start = self.resume_position(epoch)
+        if start and mine:  # resuming: shards the shuffle buffer had emptied are not read again
+            resume = resume_shards([info.samples for info in mine], size, rng, start)
+            wanted = in_flight(resume.plan, lambda p: pool.submit(self._shard_members, mine[p[0]], p[1]), depth)
+            yield from resume.items(items for _, items in wanted)
+            return
         stream = (item for _, data in in_flight(mine, lambda s: pool.submit(self._read_shard_file, s), depth,
                                                 c.ordered)
                   for item in data)
-        if c.shuffle and c.shuffle_buffer > 1:
-            stream = shuffle_buffer(stream, c.shuffle_buffer, random.Random(f"{c.seed}:{epoch}:{index}"))
-        yield from stream
+        yield from shuffle_buffer(stream, size, rng)
+
+    def _shard_members(self, info: ShardInfo, members: list[int]) -> list[Item]:
+        """The samples at positions `members` of one shard file (a resumed epoch)."""
+        items = self._read_shard_file(info)
+        if len(items) != info.samples:
+            raise WorkbenchError(f"shard {self.split_dir / info.name} holds {len(items)} samples, its index says "
+                                 f"{info.samples}: cannot resume mid-epoch exactly; re-run the ingest")
+        return [items[m] for m in members]
 
     def _read_shard_file(self, info: ShardInfo) -> list[Item]:
         path = self.split_dir / info.name

@@ -27,6 +27,9 @@ by sample id, or an SQL table whose cache is ``SQL_PUBLIC_<TABLE>``):
     other splits here. Each empty partition still costs one round trip (1024 partitions by default), and
     up to ``concurrency`` whole partitions are held in memory.
 
+  Resuming mid-epoch (a loaded `state_dict`): ``get_all`` skips the keys already delivered; ``scan`` does not
+  know how many samples of the split each partition holds, so it scans the epoch again and drops them.
+
   The key of every `Item` is the sample id string, the label follows ``label_type`` and the data is the
   object's ``data`` (``DATA`` in sql mode) byte array; any other value raises a WorkbenchError naming the
   key and the cache. Nothing connects before the first epoch (loaders travel into DataLoader workers).
@@ -249,7 +252,8 @@ class IgniteLoader(HasWindow, Loader):
 
     def _get_all_epoch(self, epoch: int) -> Iterator[Item]:
         c = self.config
-        keys = take_shard(epoch_order(self.split_keys(), c.seed, epoch, c.shuffle), *self._shard())
+        keys = self.unread(epoch, take_shard(epoch_order(self.split_keys(), c.seed, epoch, c.shuffle), *self._shard()),
+                           key=str)
         batches = [keys[i:i + c.get_batch] for i in range(0, len(keys), c.get_batch)]
         if c.client == "aio":
             loop = self._ensure_aio()

@@ -12,6 +12,9 @@ GET (two for blob labels: object, then its sidecar); its key is the sample id fr
 * `S3ObjectsLoader` ("s3-objects") keeps `concurrency` GETs in flight (`in_flight` over a thread pool
   and a client with as many pooled connections), in order or in completion order (``ordered=False``);
   "auto" widens the window while the rate rises, and `window` says which depth it used.
+* Resuming mid-epoch (a loaded `state_dict`) skips the objects already delivered without a GET; out of
+  order (``ordered=False``) the ids are only known from the objects, so all are read again and the
+  delivered ones dropped.
 * `S3NaiveLoader` ("s3-naive") does the same GETs one at a time: the "before" picture, one round trip
   per sample.
 
@@ -184,7 +187,7 @@ class S3ObjectsLoader(HasWindow, Loader):
         return Item(sample_id, label, data)
 
     def iter_epoch(self, epoch: int) -> Iterator[Item]:
-        mine = self.my_entries(epoch)
+        mine = self.unread(epoch, self.my_entries(epoch))  # ids come with the objects: no key before the GET
         if not mine:
             return
         yield from map_in_flight(mine, self.fetch_retrying, self._pool.get(), self._window, self.config.ordered)
@@ -205,7 +208,7 @@ class S3NaiveLoader(S3ObjectsLoader):
         self._window = make_window(1)  # one GET at a time, whatever `concurrency` says
 
     def iter_epoch(self, epoch: int) -> Iterator[Item]:
-        for entry in self.my_entries(epoch):
+        for entry in self.unread(epoch, self.my_entries(epoch)):
             yield self.fetch_retrying(entry)
 
 

@@ -16,6 +16,10 @@ One epoch of one reader (rank x DataLoader worker):
 4. samples pass through a `shuffle_buffer` of `shuffle_buffer` items seeded by (seed, epoch, reader),
    the WebDataset-style approximate shuffle (0 or 1, or ``shuffle=False``: shard order only).
 
+Resuming mid-epoch (a loaded `state_dict`): the shuffle buffer is replayed on positions alone
+(`workbench.loaders.order.resume_shards`), so shards it had emptied are skipped without a GET, and of the
+others only the members still to come are fetched (ranged GETs with a version-2 index).
+
 cortx_pytorch's API over this reader (``make_client``, ``RemoteDataset``) is `workbench.compat.cortx`.
 """
 
@@ -35,9 +39,10 @@ from workbench.concurrency import LazyPool, fixed_depth, in_flight
 from workbench.config import Settings
 from workbench.data import ShardInfo, read_shard
 from workbench.data.shards import slice_shard
+from workbench.errors import WorkbenchError
 from workbench.layouts.shards import fetch_items, fetch_shard, read_split_index, sample_item
 from workbench.loaders.base import Item, Loader, LoaderConfig
-from workbench.loaders.order import effective_shard, epoch_order, shuffle_buffer, take_shard
+from workbench.loaders.order import effective_shard, epoch_order, resume_shards, shuffle_buffer, take_shard
 from workbench.loaders.retry import RetryConfig, policy_of
 from workbench.loaders.s3_location import S3Location
 from workbench.storage import S3Store
@@ -146,6 +151,18 @@ class S3ShardsLoader(Loader):
         if not mine:
             return
         pool = self._pool.get()
+        size = self.config.shuffle_buffer if self.config.shuffle else 0
+        rng = random.Random(f"{self.config.seed}:{epoch}:{index}")
+        start = self.resume_position(epoch)
+        if start:  # resuming: skip the shards the buffer had emptied, GET only the members still to come
+            resume = resume_shards([info.samples for info in mine], size, rng, start)
+            wanted = in_flight(resume.plan, lambda p: pool.submit(self._fetch_members, mine[p[0]], p[1], fetch),
+                               self.config.parallel_shards)
+            try:
+                yield from resume.items(got for _, got in wanted)
+            finally:
+                wanted.close()
+            return
         fetched = in_flight(mine, lambda info: pool.submit(self.fetch_retrying, info, fetch),
                             self.config.parallel_shards, ordered=self.config.ordered)
 
@@ -153,11 +170,23 @@ class S3ShardsLoader(Loader):
             for _, shard_samples in fetched:
                 yield from shard_samples
 
-        size = self.config.shuffle_buffer if self.config.shuffle else 0
         try:
-            yield from shuffle_buffer(stream(), size, random.Random(f"{self.config.seed}:{epoch}:{index}"))
+            yield from shuffle_buffer(stream(), size, rng)
         finally:
             fetched.close()  # cancels the GETs not yet started when the consumer stops early
+
+    def _fetch_members(self, info: ShardInfo, members: list[int], fetch: Callable[[ShardInfo], list[T]]) -> list[T]:
+        """The samples at positions `members` of one shard (a resumed epoch): ranged GETs of just those when the
+        index has the shard's spans, else the whole shard."""
+        if fetch == self.fetch and info.members is not None and len(members) < info.samples:
+            return policy_of(self.config).call(
+                lambda: fetch_items(self.store, self.config.split, info, self.config.label_type, members),
+                f"GET {self.shard_url(info)} (ranges)")
+        samples = self.fetch_retrying(info, fetch)
+        if len(samples) != info.samples:
+            raise WorkbenchError(f"shard {self.shard_url(info)} holds {len(samples)} samples, its index says "
+                                 f"{info.samples}: cannot resume mid-epoch exactly; re-run the ingest")
+        return [samples[m] for m in members]
 
     def iter_epoch(self, epoch: int) -> Iterator[Item]:
         return self._samples(epoch, self.fetch)

@@ -238,7 +238,7 @@ class S3TorchConnectorPeer(HasWindow, Loader):
         return Item(sample_id, label, data)
 
     def iter_epoch(self, epoch: int) -> Iterator[Item]:
-        mine = self.my_indices(epoch)
+        mine = self.unread(epoch, self.my_indices(epoch), key=lambda i: self.entries()[i][1])
         if not mine:
             return
         if self.config.concurrency == 1:

@@ -536,7 +536,7 @@ class CassandraLoader(HasWindow, Loader):
 
     def iter_epoch(self, epoch: int) -> Iterator[Item]:
         c = self.config
-        keys = self.shard_ids(epoch)
+        keys = self.unread(epoch, self.shard_ids(epoch), key=str)  # resuming: the ids not yet delivered
         if not keys:
             return
         layout, sessions = self._connect_retrying()

@@ -24,6 +24,7 @@ from workbench.chaos import chaos_command
 from workbench.cli_clients import clients_command
 from workbench.cli_inference import inference_app
 from workbench.cli_k8s import app as k8s_app
+from workbench.cli_netns import app as netns_app
 from workbench.cli_options import key_values
 from workbench.cli_report import app as results_app
 from workbench.concurrency import parse_concurrency
@@ -44,6 +45,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 stack_app = typer.Typer(no_args_is_help=True, help="Run the real servers: Cassandra, MinIO, Ignite, Triton, toxiproxy.")
 app.add_typer(stack_app, name="stack")
 app.add_typer(results_app, name="results")  # results index, results compare
+app.add_typer(netns_app, name="netns")  # netns show, netns caps
 stack_app.add_typer(k8s_app)  # stack k8s, stack external-bootstrap
 console = Console()
 

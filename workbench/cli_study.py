@@ -16,6 +16,7 @@ from workbench.bench.study import (
     check_time,
     combine,
     find_study,
+    in_catalog,
     list_studies,
     publish,
 )
@@ -31,9 +32,10 @@ console = Console()
 @app.command("list")
 def list_command(folder: Annotated[Path, typer.Option(help="folder of study YAMLs")] = STUDIES) -> None:
     """Every study: its question, runs (points x repetitions, ceilings included) and estimated minutes."""
-    table = Table("study", "question", "runs", "est. min", title=f"studies in {folder}")
-    for study in list_studies(folder):
-        table.add_row(study.name, study.config.question or "-", str(study.runs), f"{study.minutes:.0f}")
+    table = Table("study", "question", "runs", "est. min", "of which data prep", title=f"studies in {folder}")
+    for study in list_studies(folder, in_catalog(get_settings())):
+        table.add_row(study.name, study.config.question or "-", str(study.runs), f"{study.minutes:.0f}",
+                      f"{study.prepare_minutes:.0f}")
     console.print(table)
 
 
@@ -46,12 +48,13 @@ def run_command(
     folder: Annotated[Path, typer.Option(help="folder of study YAMLs")] = STUDIES,
 ) -> None:
     """Run a study (its sweep) and build its report; refuses, before anything starts, one estimated too long."""
-    chosen = find_study(study, folder)
+    settings = get_settings()
+    chosen = find_study(study, folder, in_catalog(settings))
     console.print(f"study {chosen.name}: {chosen.runs} runs, estimated {chosen.minutes:.0f} minutes "
-                  f"(data preparation included)", highlight=False)
+                  f"({chosen.prepare_minutes:.0f} of them preparing data not ingested yet)", highlight=False)
     check_time(chosen, max_minutes, yes)
     check_writable(out / chosen.name)
-    results = run_sweep(get_settings(), chosen.config, out)
+    results = run_sweep(settings, chosen.config, out)
     console.print(f"results: {results}\nreport: {build_report(results)}", highlight=False)
 
 

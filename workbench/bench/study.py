@@ -12,15 +12,18 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench import catalog
 from workbench.backends import backend_class
 from workbench.bench.points import SweepPoint
 from workbench.bench.sweep import dataset_name
 from workbench.bench.sweep_ceilings import CEILING_PREFIX, backend_of, ceiling_points, overrides
 from workbench.bench.sweep_config import SweepConfig, load_sweep_config
 from workbench.concurrency import AUTO
+from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders import loader_class
 from workbench.results import PROGRESS_FILE, check_writable, write_atomically
@@ -29,6 +32,7 @@ STUDIES = Path("notebooks") / "sweeps" / "studies"  # the study configs
 PUBLISHED = Path("results") / "studies"  # the committed reference runs, one folder per study
 RUN_FILES = ("runs.parquet", "runs.csv", "config.json", "environment.json", PROGRESS_FILE)
 TOPOLOGY_PREFIX = "topology_"
+Ingested = Callable[[str, str], bool]  # (backend, dataset) -> already ingested?
 
 
 @dataclass(frozen=True)
@@ -38,14 +42,14 @@ class Planning:
 
     samples_per_s: float = 400.0  # a loader's rate when neither the network nor decoding nor compute binds
     ceiling_samples_per_s: float = 650.0  # a native ceiling's rate, the same
-    decode_samples_per_s: float = 300.0  # JPEG decode + resize to 224 per loading process (430 per CPU second)
+    decode_samples_per_s: float = 200.0  # JPEG decode + resize to 224 per loading process (430 per CPU second)
     auto_depth: int = 64  # the window "auto" is taken to open
     shards_in_flight: int = 4  # shard GETs a sharded loader keeps in flight (each brings maxcount samples)
     epoch_overhead_s: float = 1.0  # building and closing a loader, connecting
     round_trips_to_start: int = 10  # round trips before the first batch (connect, login, listing)
-    worker_start_s: float = 3.0  # DataLoader worker processes, per epoch
+    worker_start_s: float = 4.0  # DataLoader worker processes, per epoch (2-6 s measured under load)
     ceiling_start_s: float = 1.5  # a ceiling program's start and connect (a JVM for Ignite)
-    ingest_samples_per_s: float = 150.0  # generating and writing the dataset, per layout (first run only)
+    ingest_samples_per_s: float = 60.0  # generating and writing the dataset, per layout (31/s at load 13)
 
 
 PLANNING = Planning()
@@ -86,18 +90,33 @@ def run_seconds(cfg: SweepConfig, point: SweepPoint, plan: Planning = PLANNING) 
     return warmup + cfg.epochs * epoch_seconds(cfg, point, plan)
 
 
-def prepare_seconds(cfg: SweepConfig, points: list[SweepPoint], plan: Planning = PLANNING) -> float:
-    """Ingesting every layout the grid reads (only the first run: ingest is idempotent), peers' copies too."""
-    layouts = {(loader_class(p.loader).backend, dataset_name(cfg, p)) for p in points}
-    copies = {(p.loader, dataset_name(cfg, p)) for p in points if overrides(loader_class(p.loader), "prepare_dataset")}
-    return (len(layouts) + len(copies)) * cfg.data.count / plan.ingest_samples_per_s
+def prepare_seconds(cfg: SweepConfig, points: list[SweepPoint], plan: Planning = PLANNING,
+                    ingested: Ingested = lambda backend, dataset: False) -> float:
+    """Ingesting every layout the grid reads that is not `ingested` yet (ingest is idempotent), and the copies
+    of loaders that keep a layout of their own (taken as made when their base layout is)."""
+    todo = {(loader_class(p.loader).backend, dataset_name(cfg, p)) for p in points}
+    todo = {layout for layout in todo if not ingested(*layout)}
+    copies = {(p.loader, dataset_name(cfg, p)) for p in points if overrides(loader_class(p.loader), "prepare_dataset")
+              and (loader_class(p.loader).backend, dataset_name(cfg, p)) in todo}
+    return (len(todo) + len(copies)) * cfg.data.count / plan.ingest_samples_per_s
 
 
-def estimate_seconds(cfg: SweepConfig, plan: Planning = PLANNING) -> float:
-    """The whole sweep's predicted run time, data preparation included (an upper figure on a re-run)."""
+def measure_seconds(cfg: SweepConfig, plan: Planning = PLANNING) -> float:
+    """Every run of the sweep: its points' repetitions, then its ceilings'."""
     points = cfg.points()
     every = points + (ceiling_points(points) if cfg.ceilings else [])
-    return prepare_seconds(cfg, points, plan) + cfg.repetitions * sum(run_seconds(cfg, p, plan) for p in every)
+    return cfg.repetitions * sum(run_seconds(cfg, p, plan) for p in every)
+
+
+def estimate_seconds(cfg: SweepConfig, plan: Planning = PLANNING,
+                     ingested: Ingested = lambda backend, dataset: False) -> float:
+    """The whole sweep's predicted run time: data preparation (what is not `ingested` yet) and measurement."""
+    return prepare_seconds(cfg, cfg.points(), plan, ingested) + measure_seconds(cfg, plan)
+
+
+def in_catalog(settings: Settings) -> Ingested:
+    """Whether a layout was ingested already, as this stack's catalog records it."""
+    return lambda backend, dataset: catalog.entry(settings, backend, dataset) is not None
 
 
 # ------------------------------------------------------------------------------------------- the studies
@@ -105,10 +124,11 @@ def estimate_seconds(cfg: SweepConfig, plan: Planning = PLANNING) -> float:
 
 @dataclass(frozen=True)
 class Study:
-    """A study config as `study list` shows it."""
+    """A study config and its estimate (data preparation counted for the layouts not ingested yet)."""
 
     path: Path
     config: SweepConfig
+    ingested: Ingested = lambda backend, dataset: False
 
     @property
     def name(self) -> str:
@@ -120,18 +140,24 @@ class Study:
         return self.config.repetitions * (len(points) + (len(ceiling_points(points)) if self.config.ceilings else 0))
 
     @property
+    def prepare_minutes(self) -> float:
+        return prepare_seconds(self.config, self.config.points(), ingested=self.ingested) / 60
+
+    @property
     def minutes(self) -> float:
-        return estimate_seconds(self.config) / 60
+        return estimate_seconds(self.config, ingested=self.ingested) / 60
 
 
-def list_studies(folder: Path = STUDIES) -> list[Study]:
+def list_studies(folder: Path = STUDIES, ingested: Ingested = lambda backend, dataset: False) -> list[Study]:
     """Every study config in `folder`, by name; an invalid one fails with its file and problem."""
     if not folder.is_dir():
         raise WorkbenchError(f"no study folder {folder}: run from the repository root or pass the folder")
-    return sorted((Study(path, load_sweep_config(path)) for path in folder.glob("*.yaml")), key=lambda s: s.name)
+    return sorted((Study(path, load_sweep_config(path), ingested) for path in folder.glob("*.yaml")),
+                  key=lambda s: s.name)
 
 
-def find_study(name_or_path: str, folder: Path = STUDIES) -> Study:
+def find_study(name_or_path: str, folder: Path = STUDIES,
+               ingested: Ingested = lambda backend, dataset: False) -> Study:
     """A study by name (<folder>/<name>.yaml) or by the path of any sweep YAML."""
     path = Path(name_or_path)
     if not path.suffix:
@@ -139,7 +165,7 @@ def find_study(name_or_path: str, folder: Path = STUDIES) -> Study:
         if not path.exists():
             known = ", ".join(p.stem for p in sorted(folder.glob("*.yaml"))) or "none"
             raise WorkbenchError(f"no study '{name_or_path}' in {folder} (studies: {known}); or give a YAML path")
-    return Study(path, load_sweep_config(path))
+    return Study(path, load_sweep_config(path), ingested)
 
 
 def check_time(study: Study, max_minutes: float, yes: bool) -> None:

@@ -7,16 +7,19 @@ else, so it never joins another cluster (the main stack's, a test's). The cluste
 probe once every node has joined, so a persistent cluster's baseline topology is all of them.
 
 With WORKBENCH_IGNITE_PERSISTENCE=1 the default data region is persistent (Ignite native persistence): the
-work folder is kept across restarts and caches survive a node restart, `stack down` + `stack up` included.
-Without it every start begins with an empty work folder.
+work folder is kept across restarts and caches survive a node restart, a crash (write-ahead log) and `stack
+down` + `stack up`; the users too, so the login is the one of the first start (another one: remove the
+nodes' folders). A restart that takes every copy of some partitions away (backups=0 on several nodes) leaves
+them "lost" until the whole cluster restarts: resetting lost partitions needs Ignite's control script, which
+the thin client has no request for. Without persistence every start begins with an empty work folder.
 
 With a configured login (`workbench init` writes one) the node runs with authentication. Ignite 2.x
 enables authentication only when some data region is persistent, so the node gets one small persistent
 region that no cache uses (it only turns on the persistent metastore where Ignite keeps its users);
-the benchmark caches stay in the in-memory default region. A fresh node of this kind starts inactive
-and knows one user, the well-known ``ignite`` superuser: the first probe logs in with it once to activate
-the cluster, create the configured user and give ``ignite`` a random password nobody keeps, so
-afterwards only the configured login works (see `retire_default_login`).
+without WORKBENCH_IGNITE_PERSISTENCE the caches stay in the in-memory default region. A fresh node of
+this kind starts inactive and knows one user, the well-known ``ignite`` superuser: the first probe logs in
+with it once to activate the cluster, create the configured user and give ``ignite`` a random password
+nobody keeps, so afterwards only the configured login works (see `retire_default_login`).
 
 With settings.tls the thin-client connector speaks TLS only, with the stack's PKCS#12 keystore; the
 keystore password is read by the node from ``keystore.pass`` (mode 600), never written into the XML.

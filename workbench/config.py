@@ -290,7 +290,7 @@ def ensure_credentials(env_file: Path = ENV_FILE) -> bool:
     Why: the local stack must never start with well-known default logins, and the values must live
     outside the code, where docker compose finds them too. Returns True when it wrote new ones.
     """
-    current = Settings(_env_file=env_file)
+    current = load_settings(_env_file=env_file)
     missing = [field for pair in LOGINS if any(getattr(current, f) is None for f in pair) for field in pair]
     if not missing:
         return False
@@ -321,8 +321,13 @@ def cluster_topology(nodes: int) -> dict[str, object]:
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     """The settings of this process; a bad value is one line naming the variable and what to do."""
+    return load_settings()
+
+
+def load_settings(**sources) -> Settings:
+    """Settings(**sources), a bad value as one line naming the variable and what to do (a WorkbenchError)."""
     try:
-        return Settings()
+        return Settings(**sources)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():

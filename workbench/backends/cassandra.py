@@ -36,6 +36,7 @@ from workbench.clients.cassandra import (
     settings_login,
     stack_tls,
 )
+from workbench.clients.endpoints import cassandra_hosts, where
 from workbench.concurrency import EventLoopThread
 from workbench.config import Settings
 from workbench.data import Sample
@@ -64,7 +65,9 @@ SCAN_FETCH_SIZE = 64  # data rows are ~110 KB (ImageNet-like): ~7 MB pages
 class CassandraOptions(LayoutOptions):
     workers: int = Field(32, ge=1, le=256, description="asynchronous insert requests in flight")
     keyspace: str | None = Field(None, description="keyspace (default: the dataset's storage name)")
-    replication_factor: int = Field(1, ge=1, description="SimpleStrategy replication factor of a new keyspace")
+    replication_factor: int | None = Field(
+        None, ge=1, description="SimpleStrategy replication factor of a new keyspace (default: "
+                                "settings.cassandra_replication_factor)")
     id_col: str = Field("id", description="uuid primary key column")
     label_col: str = Field("label", description="label column (int or blob; absent with label_type none)")
     data_col: str = Field("data", description="encoded image column (blob)")
@@ -150,7 +153,8 @@ class CassandraBackend(Backend):
         with self._session() as session:
             session.execute(
                 f"CREATE KEYSPACE IF NOT EXISTS {_q(self.keyspace)} WITH replication = "
-                f"{{'class': 'SimpleStrategy', 'replication_factor': {o.replication_factor}}}"
+                f"{{'class': 'SimpleStrategy', 'replication_factor': "
+                f"{o.replication_factor or self.settings.cassandra_replication_factor}}}"
             )
             for split in splits:
                 label_def = f"{_q(o.label_col)} {label}, " if label else ""
@@ -358,7 +362,8 @@ class _NativeWriter:
         self.refusals = (errors.CassErrorServerInvalidQuery, errors.CassErrorServerSyntaxError,
                          errors.CassErrorServerUnauthorized)
         self.settings, self.limit, self.progress = settings, limit, progress
-        self.where = f"{settings.host}:{settings.port('cassandra', via_proxy)}"
+        hosts, port = cassandra_hosts(settings, via_proxy)
+        self.where = where([(host, port) for host in hosts])
         # Each sample is two requests, each bounded by the driver's request timeout: this is a safety net.
         self.patience_s = 4 * settings.timeout_s + 1
         self.done: queue.SimpleQueue[tuple[Sample, BaseException | None]] = queue.SimpleQueue()
@@ -369,8 +374,7 @@ class _NativeWriter:
         self.io = EventLoopThread("cassandra-writer", "the Cassandra driver")
         try:
             self.session = self.io.call(
-                open_native_session(settings, [settings.host], settings.port("cassandra", via_proxy), login,
-                                    stack_tls(settings)), self.patience_s)
+                open_native_session(settings, hosts, port, login, stack_tls(settings)), self.patience_s)
         except BaseException:
             self.io.stop(self.patience_s)
             raise

@@ -3,6 +3,14 @@
 Two drivers: the Python driver (`cassandra_session`: schema, scans, the `cassandra-py` loader) and the
 C++ driver acsylla (`open_native_session` on an `EventLoopThread`: the `cassandra` loader and ingest),
 whose I/O and framing run outside the GIL.
+
+A ring (settings.cassandra_nodes > 1): clients know every node as a contact point, route each request to
+a replica of its partition (token-aware) and read and write at settings.cassandra_consistency. Through
+toxiproxy, node k's proxy listens on node k's address at the proxy port, so a node found in the ring is
+reached at its address and the port of the contact points, never at the native port it advertises. The
+C++ driver does that by itself (it reads system.peers and keeps the contact points' port); the Python
+driver reads the port from system.peers_v2 (`native_port`, the server's own), so its peers go through
+`contact_port_endpoints`.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.clients.endpoints import cassandra_points, where
 from workbench.clients.tls import STACK_CA_HINT, chained, speaks_tls, ssl_reason, verify_reason
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
@@ -44,37 +53,120 @@ def settings_login(settings: Settings) -> tuple[str, str] | None:
         return settings.cassandra_username, settings.cassandra_password.get_secret_value()
     return None
 
+def multi_node(settings: Settings) -> bool:
+    """A ring rather than one node: requests are routed by token (which needs the ring's tokens and keyspaces)."""
+    return settings.cassandra_nodes > 1 or len(settings.cassandra_contact_points) > 1
+
+
+def consistency_level(settings: Settings) -> int:
+    """settings.cassandra_consistency as the Python driver's ConsistencyLevel value."""
+    from cassandra import ConsistencyLevel
+
+    return ConsistencyLevel.name_to_value[settings.cassandra_consistency]
+
+
+def contact_port_endpoints(port: int) -> Any:
+    """A driver endpoint factory that places every node found in system.peers(_v2) at its address and `port`
+    (the contact points' port), as the C++ driver does, instead of the `native_port` the server advertises.
+
+    Why: through toxiproxy each node has its own proxy on its own address at the proxy port, while the
+    server advertises its real port: the default factory would reach discovered peers around toxiproxy.
+    """
+    from cassandra.connection import DefaultEndPoint, EndPointFactory
+    from cassandra.metadata import _NodeInfo
+
+    class ContactPortEndPoints(EndPointFactory):
+        def create(self, row: dict) -> DefaultEndPoint:
+            address = _NodeInfo.get_broadcast_rpc_address(row)
+            return DefaultEndPoint(self.cluster.address_translator.translate(address), port)
+
+    return ContactPortEndPoints()
+
+
+def driver_options(settings: Settings, port: int, node_host: str | None = None, **profile: Any) -> dict[str, Any]:
+    """Cluster keyword arguments every Python-driver client shares: timeouts, routing, consistency, peers' port.
+
+    `port`: the contact points' port; when it is not the server's own (a proxy per node), peers are reached
+    there too. A ring routes by token (TokenAwarePolicy needs token and schema metadata: callers must not
+    turn them off there); `node_host` pins every request, the control connection's included, to that one
+    node (health probes). `profile`: more ExecutionProfile settings (e.g. row_factory).
+    """
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
+    from cassandra.policies import RoundRobinPolicy, TokenAwarePolicy, WhiteListRoundRobinPolicy
+
+    if node_host is not None:
+        policy: Any = WhiteListRoundRobinPolicy([node_host])
+    elif multi_node(settings):
+        policy = TokenAwarePolicy(RoundRobinPolicy())
+    else:
+        policy = RoundRobinPolicy()
+    options: dict[str, Any] = {
+        "connect_timeout": settings.timeout_s, "control_connection_timeout": settings.timeout_s,
+        "execution_profiles": {EXEC_PROFILE_DEFAULT: ExecutionProfile(
+            load_balancing_policy=policy, request_timeout=settings.timeout_s,
+            consistency_level=consistency_level(settings), **profile)},
+    }
+    if port != settings.cassandra_port:
+        options["endpoint_factory"] = contact_port_endpoints(port)
+    elif addresses := namespace_addresses(settings):
+        options["address_translator"] = translated_addresses(addresses)
+    return options
+
+
+def namespace_addresses(settings: Settings) -> dict[str, str]:
+    """Nodes in network namespaces (node_network=netns) advertise their host-side address, where their
+    proxies listen: a client that goes around the proxies maps those back to the nodes' own addresses."""
+    if settings.cassandra_contact_points or settings.node_network != "netns":
+        return {}
+    return {settings.proxy_host(k): settings.node_host(k) for k in range(settings.cassandra_nodes)
+            if settings.proxy_host(k) != settings.node_host(k)}
+
+
+def translated_addresses(addresses: dict[str, str]) -> Any:
+    """The Python driver's AddressTranslator for `addresses` (advertised -> reachable); others unchanged."""
+    from cassandra.policies import AddressTranslator
+
+    class Translated(AddressTranslator):
+        def translate(self, addr: str) -> str:
+            return addresses.get(addr, addr)
+
+    return Translated()
+
+
+def _points(settings: Settings, via_proxy: bool, node: int | None) -> list[tuple[str, int]]:
+    if node is None:
+        return cassandra_points(settings, via_proxy)
+    return [(settings.node_host(node), settings.port("cassandra", via_proxy))]
+
+
 def cassandra_cluster(settings: Settings, via_proxy: bool = False, login: tuple[str, str] | None = None,
-                      **options) -> Cluster:
-    """A driver cluster with every timeout bounded; `login` overrides the configured one (stack bootstrap only)."""
+                      node: int | None = None, **options) -> Cluster:
+    """A driver cluster with every timeout bounded; `login` overrides the configured one (stack bootstrap only);
+    `node` talks to that node of the local stack alone."""
     from cassandra.auth import PlainTextAuthProvider
-    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-    from cassandra.policies import RoundRobinPolicy
+    from cassandra.cluster import Cluster
 
     configured = settings_login(settings)  # checks the configured login even when `login` overrides it
     login = configured if login is None else login
     auth = PlainTextAuthProvider(*login) if login else None
+    points = _points(settings, via_proxy, node)
     return Cluster(
-        [settings.host], port=settings.port("cassandra", via_proxy), auth_provider=auth,
-        ssl_context=cassandra_ssl_context(settings),
-        connect_timeout=settings.timeout_s, control_connection_timeout=settings.timeout_s,
-        execution_profiles={EXEC_PROFILE_DEFAULT: ExecutionProfile(
-            load_balancing_policy=RoundRobinPolicy(), request_timeout=settings.timeout_s)},
-        protocol_version=5, **options,
+        points, port=points[0][1], auth_provider=auth,
+        ssl_context=cassandra_ssl_context(settings), protocol_version=5,
+        **{**driver_options(settings, points[0][1], None if node is None else points[0][0]), **options},
     )
 
 @contextmanager
 def cassandra_session(settings: Settings, via_proxy: bool = False, login: tuple[str, str] | None = None,
-                      **options) -> Iterator[Session]:
+                      node: int | None = None, **options) -> Iterator[Session]:
     from cassandra.cluster import NoHostAvailable
 
-    cluster = cassandra_cluster(settings, via_proxy, login, **options)
+    cluster = cassandra_cluster(settings, via_proxy, login, node, **options)
     try:
         try:
             session = cluster.connect()
         except NoHostAvailable as exc:
-            error = cassandra_error(exc, f"{settings.host}:{settings.port('cassandra', via_proxy)}", settings.tls,
-                                    settings.timeout_s)
+            error = cassandra_error(exc, where(_points(settings, via_proxy, node)), settings.tls, settings.timeout_s)
             raise error from error.__cause__
         yield session
     finally:
@@ -133,6 +225,9 @@ _NATIVE_DEFAULTS: dict[str, Any] = {
     "protocol_version": NATIVE_PROTOCOL_VERSION, "core_connections_per_host": 1, "use_schema": False,
     "token_aware_routing": False, "load_balance_round_robin": True, "log_level": "disabled",
     "application_name": "workbench",
+    # The driver's first reconnect waits 2 s by default: longer than a loader's retries last after a dropped
+    # connection, which then find "no hosts available". Reconnect within 100 ms, backing off to 5 s.
+    "exponential_reconnect_base_delay_ms": 100, "exponential_reconnect_max_delay_ms": 5000,
 }
 
 
@@ -243,10 +338,16 @@ async def open_native_session(settings: Settings, hosts: list[str], port: int, l
     timeouts = {"connect_timeout": settings.timeout_s, "request_timeout": settings.timeout_s,
                 "resolve_timeout": settings.timeout_s}
     cluster = acsylla.create_cluster(hosts, port=port, username=username, password=password,
-                                     **{**_NATIVE_DEFAULTS, **timeouts, **options})
+                                     **{**_NATIVE_DEFAULTS, **native_topology(settings), **timeouts, **options})
     configure_native_tls(cluster, tls, hosts[0])
     try:
         return await cluster.create_session()
     except acsylla.errors.CassException as exc:
-        where = ", ".join(f"{h}:{port}" for h in hosts)
-        raise native_connect_error(exc, where, tls is not None, settings.timeout_s, (hosts[0], port)) from None
+        raise native_connect_error(exc, where([(h, port) for h in hosts]), tls is not None, settings.timeout_s,
+                                   (hosts[0], port)) from None
+
+
+def native_topology(settings: Settings) -> dict[str, Any]:
+    """acsylla options of the topology: the consistency level, and in a ring token-aware routing (the driver
+    then reads the keyspaces' replication, not the rest of the schema)."""
+    return {"consistency": settings.cassandra_consistency, "token_aware_routing": multi_node(settings)}

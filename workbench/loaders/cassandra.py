@@ -32,6 +32,8 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from workbench.backends import locate
 from workbench.clients import cassandra_error
+from workbench.clients.cassandra import driver_options, multi_node
+from workbench.clients.endpoints import cassandra_hosts
 from workbench.concurrency import HasWindow, fixed_depth, in_flight, make_window, pool_size
 from workbench.config import Settings
 from workbench.data import SplitFile
@@ -241,8 +243,9 @@ def resolve_layout(settings: Settings, config: CassandraConfig) -> Layout:
 
 
 def endpoints(settings: Settings, config: CassandraConfig) -> tuple[list[str], int]:
-    port = config.cassandra_port or settings.port("cassandra", config.via_proxy)
-    return list(config.cassandra_ips or [settings.host]), port
+    """The loader's cassandra_ips/cassandra_port (the plugin's parameters), else the configured cluster's."""
+    hosts, port = cassandra_hosts(settings, config.via_proxy)
+    return list(config.cassandra_ips or hosts), config.cassandra_port or port
 
 
 def tls_of(settings: Settings, config: CassandraConfig) -> tuple[bool, str | None]:
@@ -286,8 +289,8 @@ def ssl_context(settings: Settings, config: CassandraConfig) -> ssl.SSLContext |
 def make_cluster(settings: Settings, config: CassandraConfig, executor_threads: int = 2) -> Cluster:
     """A driver cluster with every timeout bounded by settings.timeout_s (as `workbench.clients`)."""
     from cassandra.auth import PlainTextAuthProvider
-    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-    from cassandra.policies import ConstantReconnectionPolicy, RoundRobinPolicy
+    from cassandra.cluster import Cluster
+    from cassandra.policies import ConstantReconnectionPolicy
     from cassandra.query import tuple_factory
 
     username, password = config.username, config.password
@@ -298,15 +301,15 @@ def make_cluster(settings: Settings, config: CassandraConfig, executor_threads: 
     return Cluster(
         hosts, port=port, auth_provider=auth, ssl_context=ssl_context(settings, config),
         protocol_version=PROTOCOL_VERSION,
-        connect_timeout=settings.timeout_s, control_connection_timeout=settings.timeout_s,
         executor_threads=executor_threads,
         # A restarted server (or a reset connection) is found again within a second, not after the
         # default exponential policy's minutes: reads re-tried meanwhile (RetryPolicy) then succeed.
         reconnection_policy=ConstantReconnectionPolicy(0.5, max_attempts=None),
-        # Reading rows needs neither the schema of every keyspace nor the token ring: faster connects.
-        schema_metadata_enabled=False, token_metadata_enabled=False,
-        execution_profiles={EXEC_PROFILE_DEFAULT: ExecutionProfile(
-            load_balancing_policy=RoundRobinPolicy(), request_timeout=settings.timeout_s, row_factory=tuple_factory)},
+        # One node: reading rows needs neither the schema of every keyspace nor the token ring (faster
+        # connects). A ring routes each read to a replica, which needs both.
+        schema_metadata_enabled=multi_node(settings), token_metadata_enabled=multi_node(settings),
+        # Timeouts, consistency, token-aware routing in a ring, discovered nodes through their proxies.
+        **driver_options(settings, port, row_factory=tuple_factory),
     )
 
 

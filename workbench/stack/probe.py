@@ -46,7 +46,7 @@ def _timed(read: Callable[[], bytes], expected: bytes, repeats: int) -> tuple[li
 def probe_cassandra(settings: Settings, payload: bytes, via_proxy: bool, repeats: int) -> tuple[list[float], bool]:
     with cassandra_session(settings, via_proxy) as session:
         session.execute(f"CREATE KEYSPACE IF NOT EXISTS {settings.cassandra_keyspace} WITH replication = "
-                        "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+                        f"{{'class': 'SimpleStrategy', 'replication_factor': {settings.cassandra_replication_factor}}}")
         table = f"{settings.cassandra_keyspace}.probe"
         session.execute(f"CREATE TABLE IF NOT EXISTS {table} (id uuid PRIMARY KEY, data blob)"
                         " WITH compression = {'enabled': 'false'}")

@@ -1,7 +1,8 @@
 """Which samples a reader delivers, in which order: epoch shuffles, ranks, DataLoader workers.
 
 Every rank computes the same permutation (same seed and epoch) and takes every `num_shards`-th item
-from its `shard_id`, so ranks never overlap and together deliver each sample exactly once.
+from its `shard_id`, so ranks never overlap and together deliver each sample exactly once. Because that
+order is fixed, a reader stopped mid-epoch can resume at its next item (`resume_shards` for shard readers).
 """
 
 from __future__ import annotations

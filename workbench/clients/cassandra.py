@@ -10,7 +10,10 @@ toxiproxy, node k's proxy listens on node k's address at the proxy port, so a no
 reached at its address and the port of the contact points, never at the native port it advertises. The
 C++ driver does that by itself (it reads system.peers and keeps the contact points' port); the Python
 driver reads the port from system.peers_v2 (`native_port`, the server's own), so its peers go through
-`contact_port_endpoints`.
+`contact_port_endpoints`. With node_network=netns the nodes advertise their proxies' host-side addresses
+(broadcast_rpc_address): the Python driver maps them back when it goes around the proxies
+(`namespace_addresses`); acsylla cannot (no address translator), so without the proxies it uses only the
+node it first reached there (measured: 2 connections, both to node 0).
 """
 
 from __future__ import annotations

@@ -5,8 +5,11 @@ ports), one token each, balanced over the Murmur3 range and written into every n
 node has to bootstrap (stream data) and all can start together; node 0 is the only seed. JMX listens on
 127.0.0.1 whatever the node's address, so node k takes cassandra_jmx_port + k. A node is healthy once it
 answers with the configured login and sees every node of the ring in its system tables with gossip status
-NORMAL (no nodetool). Before the first node starts, the ring's memory (heap + JVM overhead per node) is
-checked against MemAvailable.
+NORMAL (no nodetool); a dead node shows as its own unhealthy row. Before the first node starts, the ring's
+memory (heap + JVM overhead per node) is checked against MemAvailable, and a ring node refuses addresses
+another server already holds (it could join that server's ring). With node_network=netns a node tells
+clients its proxy's host-side address (broadcast_rpc_address), so clients through the proxies reach every
+node there.
 
 With a configured login (`workbench init` always writes one) the node runs PasswordAuthenticator and
 CassandraAuthorizer, and the health probe logs in with that login only. A node whose roles do not have

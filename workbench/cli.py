@@ -21,6 +21,7 @@ from workbench.bench.sweep import run_sweep
 from workbench.bench.sweep_config import load_sweep_config
 from workbench.catalog import catalog_path
 from workbench.chaos import chaos_command
+from workbench.cli_catalog import app as catalog_app
 from workbench.cli_clients import clients_command
 from workbench.cli_inference import inference_app
 from workbench.cli_k8s import app as k8s_app
@@ -46,6 +47,7 @@ stack_app = typer.Typer(no_args_is_help=True, help="Run the real servers: Cassan
 app.add_typer(stack_app, name="stack")
 app.add_typer(results_app, name="results")  # results index, results compare
 app.add_typer(netns_app, name="netns")  # netns show, netns caps
+app.add_typer(catalog_app, name="catalog")  # catalog check: recorded datasets a service no longer holds
 stack_app.add_typer(k8s_app)  # stack k8s, stack external-bootstrap
 console = Console()
 

@@ -6,6 +6,7 @@ tests/services/test_cassandra_ring.py.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -85,10 +86,32 @@ def test_ring_nodes_get_their_own_jmx_port_and_a_heap_of_at_most_1_gib(tmp_path,
     assert Cassandra(ring(tmp_path, nodes=1)).heap_mib == 1024
 
 
+def test_node_0_records_the_size_the_ring_is_born_with(tmp_path, monkeypatch):
+    settings = ring(tmp_path)
+    _fake_jars(settings)
+    monkeypatch.setattr(module, "java_command", lambda cp, main, heap, props, extra: [])
+    Cassandra(settings, 0).launch()
+    assert json.loads((settings.state_dir / "cassandra" / "ring.json").read_text()) == {"nodes": 3}
+
+
 def test_a_node_does_not_start_before_its_seed(tmp_path):
+    settings = ring(tmp_path)
+    (settings.state_dir / "cassandra").mkdir(parents=True)
+    (settings.state_dir / "cassandra" / "ring.json").write_text('{"nodes": 3}')
     with pytest.raises(WorkbenchError, match=r"the seed node cassandra at 127\.0\.0\.201:29800 is not running: "
                                              r"cassandra-2 joins the ring through it"):
-        Cassandra(ring(tmp_path), 1).launch()
+        Cassandra(settings, 1).launch()
+
+
+def test_a_ring_does_not_grow_over_data_it_would_hide(tmp_path):
+    """Node 0 started alone (its data has no record of a ring): a new node would take ranges without their data."""
+    settings = ring(tmp_path)
+    (settings.state_dir / "cassandra" / "data" / "system").mkdir(parents=True)
+    with pytest.raises(WorkbenchError) as error:
+        Cassandra(settings, 1).launch()
+    message = str(error.value)
+    assert "cassandra-2 would join a ring that started with 1 node(s)" in message
+    assert "WORKBENCH_CASSANDRA_NODES=1" in message and "\n" not in message
 
 
 def test_a_ring_node_refuses_an_address_another_server_holds(tmp_path):

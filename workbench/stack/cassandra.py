@@ -22,6 +22,7 @@ LOGIN = false, so the well-known login stops working. With settings.tls the nati
 
 from __future__ import annotations
 
+import json
 import secrets
 from pathlib import Path
 
@@ -114,6 +115,7 @@ SINGLE_STARTUP_S = 180.0
 RING_STARTUP_S_PER_NODE = 120.0
 MURMUR3_MIN = -(2**63)
 JOIN_RING_DELAY_MS = 10_000
+RING_RECORD = "ring.json"  # in node 0's folder: how many nodes the ring had when it first started
 
 
 def ring_tokens(nodes: int) -> list[int]:
@@ -164,6 +166,30 @@ class Cassandra(Service):
     def process(self) -> ManagedProcess:
         return ManagedProcess(self.node_name, self.settings.state_dir / "run")
 
+    @property
+    def first_start(self) -> bool:
+        """No data yet: the node has never run (or its folder was removed)."""
+        return not (self.data_dir / "data" / "system").exists()
+
+    def check_ring_size(self) -> None:
+        """New nodes take their token ranges without streaming (auto_bootstrap false): right for a ring born
+        with them, wrong for a grown one, whose data in those ranges would vanish from reads. Node 0 records
+        the size the ring had when it first started; a new node beyond it is refused."""
+        record = Cassandra(self.settings, 0).data_dir / RING_RECORD
+        if self.node == 0:
+            if self.first_start:
+                record.parent.mkdir(parents=True, exist_ok=True)
+                record.write_text(json.dumps({"nodes": self.node_count(self.settings)}) + "\n")
+            return
+        born = json.loads(record.read_text())["nodes"] if record.exists() else 1
+        if self.first_start and self.node >= born:
+            raise WorkbenchError(
+                f"{self.node_name} would join a ring that started with {born} node(s) and holds data in "
+                f"{record.parent}: a new node takes its share of the ring without streaming that data, so reads "
+                "would miss it. Growing a ring is not supported: keep WORKBENCH_CASSANDRA_NODES="
+                f"{born}, or `workbench stack down` and remove {self.settings.state_dir}/cassandra* (its data is "
+                "lost) to start a new ring")
+
     def wait_for_seed(self) -> None:
         """A node other than the seed starts once the seed listens: it learns the ring from it (gossip's
         shadow round), and gives up after a few seconds when nobody answers."""
@@ -178,6 +204,7 @@ class Cassandra(Service):
             check_free([(self.node_host, s.cassandra_port), (self.node_host, s.cassandra_storage_port),
                         ("127.0.0.1", self.jmx_port)], f"Cassandra node {self.node_name}")
         self.check_memory()
+        self.check_ring_size()
         if self.node > 0:
             self.wait_for_seed()
         conf = self.data_dir / "conf"

@@ -27,7 +27,7 @@ from PIL import Image
 
 from workbench.bench.sweep_config import SweepConfig, load_sweep_config
 from workbench.checkpoints.ignite import _parse as parse_checkpoint_manifest
-from workbench.cli import parse_options
+from workbench.cli_options import key_values
 from workbench.compat.ignite_dataset import infer_schema, to_python
 from workbench.data import (
     Sample,
@@ -344,7 +344,7 @@ def test_source_specs(spec):
 @FAST
 @given(pairs=st.lists(st.text(max_size=12), max_size=4))
 def test_layout_options(pairs):
-    outcome(parse_options, pairs)
+    outcome(key_values, pairs, "layout option", "-o maxcount=1000")
 
 
 # ----------------------------------------------------------------------------------- image bytes and labels

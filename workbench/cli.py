@@ -28,6 +28,7 @@ from workbench.cli_k8s import app as k8s_app
 from workbench.cli_netns import app as netns_app
 from workbench.cli_options import key_values
 from workbench.cli_report import app as results_app
+from workbench.cli_study import app as study_app
 from workbench.concurrency import parse_concurrency
 from workbench.config import Settings, cluster_topology, ensure_credentials, get_settings, write_settings
 from workbench.data import make_split, parse_ratios, parse_source
@@ -47,6 +48,7 @@ stack_app = typer.Typer(no_args_is_help=True, help="Run the real servers: Cassan
 app.add_typer(stack_app, name="stack")
 app.add_typer(results_app, name="results")  # results index, results compare
 app.add_typer(netns_app, name="netns")  # netns show, netns caps
+app.add_typer(study_app, name="study")  # study list, run, publish, combine
 app.add_typer(catalog_app, name="catalog")  # catalog check: recorded datasets a service no longer holds
 stack_app.add_typer(k8s_app)  # stack k8s, stack external-bootstrap
 console = Console()

@@ -6,7 +6,7 @@ comma := ,
 EXTRAS ?= triton,torch,tf,dali,bench,peers,lightning,spark,dev
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-10)-$(subst $(comma),_,$(EXTRAS))
 
-.PHONY: system-packages venv stack-up stack-down stack-status demo test unit lint sweep notebooks lab fuzz
+.PHONY: system-packages venv stack-up test-cluster stack-down stack-status demo test unit lint sweep notebooks lab fuzz
 
 venv: $(STAMP)
 
@@ -66,8 +66,12 @@ fuzz: venv
 	$(BIN)/python -c "import atheris" 2>/dev/null || $(BIN)/python -m pip install -q -e '.[fuzz]'
 	$(BIN)/python fuzz/run.py --seconds $(FUZZ_SECONDS)
 
+# Everything but the multi-node clusters (each starts servers of its own: about 20 minutes on 2 cores).
 test: stack-up system-packages
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not cluster" --durations=25
+
+test-cluster: stack-up system-packages
+	$(BIN)/python -m pytest -m cluster --durations=10
 
 unit: venv system-packages
 	$(BIN)/python -m pytest -m "not services and not gpu"

@@ -324,12 +324,14 @@ def bench_loaders_command(
     rtt_ms: Annotated[list[float] | None, typer.Option("--rtt-ms", help="repeatable; default 0 and 50")] = None,
     repeats: Annotated[int, typer.Option(min=1)] = 3,
     results_dir: Annotated[Path, typer.Option()] = RUNS / "bench-loaders",
+    items: Annotated[bool, typer.Option(help="also each loader's per-item path, as <loader>[items]: the batch "
+                                             "path's before-and-after in one run")] = False,
 ) -> None:
     """Every loader vs its backend's native ceiling (a compiled client), at each round-trip time."""
 
     names = loader or default_loaders()
     rows = bench_loaders(get_settings(), names, count, mean_kb, parse_concurrency(concurrency), rtt_ms or [0.0, 50.0],
-                         repeats, results_dir)
+                         repeats, results_dir, items=items)
     table = Table("loader", "backend", "RTT ms", "samples/s", "min", "max", "MB/s", "/ ceiling", "/ own 0 ms",
                   "CPU µs/sample", "window",
                   title=f"loaders vs native ceilings: {count} x {mean_kb:.0f} KB, concurrency {concurrency}, "

@@ -117,9 +117,10 @@ def test_a_backend_and_loader_defined_here_run_through_ingest_bench_sweep_and_re
             assert sorted(i.key for i in loader) == sorted(str(s.id) for s in source if s.split == "train")
 
         rows = bench_loaders(stack, [NAME], count=30, mean_kb=4, concurrency=4, rtts_ms=[0.0], repeats=1,
-                             results_dir=tmp_path / "bench")
-        assert {r["loader"] for r in rows} == {NAME, f"ceiling:{NAME}"}
+                             results_dir=tmp_path / "bench", items=True)
+        assert {r["loader"] for r in rows} == {NAME, f"{NAME}[items]", f"ceiling:{NAME}"}
         assert all(r["samples_per_s"] > 0 for r in rows)
+        assert len({r["samples"] for r in rows if not r["loader"].startswith("ceiling:")}) == 1  # both paths: all
 
         cfg = load_sweep_config({
             "name": "jar-sweep", "loaders": [NAME], "data": {"count": 32, "mean_kb": 4, "seed": 1},

@@ -40,21 +40,27 @@ def timed(run: Callable[[], tuple[int, int]], cpu: list[float] | None = None) ->
     return time.perf_counter() - start, samples, nbytes
 
 
+ITEMS_SUFFIX = "[items]"  # a loader measured on its per-item path: `bench loaders --items`
+
+
 def epoch_of(name: str, settings: Settings, config: dict, max_seconds: float,
-             windows: list[list[int]] | None = None) -> Callable[[], tuple[int, int]]:
+             windows: list[list[int]] | None = None, items: bool = False) -> Callable[[], tuple[int, int]]:
     """One epoch, or as much of it as `max_seconds` allows (slow strategies at high RTT): a steady rate.
 
-    Reads batches (`Loader.batches`), the path the adapters take. Appends the loader's window history (its
-    last entry: the depth in use at the end) to `windows`.
+    Reads batches (`Loader.batches`), the path the adapters take, or with `items` one Item at a time (the
+    item API, and the hot path before batches). Appends the loader's window history (its last entry: the
+    depth in use at the end) to `windows`.
     """
 
     def run() -> tuple[int, int]:
         samples = nbytes = 0
         deadline = time.perf_counter() + max_seconds
         with make_loader(name, settings, **config) as loader:
-            for batch in loader.batches():
-                samples += len(batch)
-                nbytes += batch.nbytes
+            chunks = ((1, len(item.data)) for item in loader) if items else \
+                ((len(batch), batch.nbytes) for batch in loader.batches())
+            for count, size in chunks:
+                samples += count
+                nbytes += size
                 if time.perf_counter() > deadline:
                     break
             if windows is not None and hasattr(loader, "window_history"):
@@ -95,7 +101,10 @@ def prepare_peer_layouts(settings: Settings, loaders: list[str], dataset: str, c
 
 
 def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: float, concurrency: Concurrency,
-                  rtts_ms: list[float], repeats: int, results_dir: Path, max_seconds: float = 20.0) -> list[dict]:
+                  rtts_ms: list[float], repeats: int, results_dir: Path, max_seconds: float = 20.0,
+                  items: bool = False) -> list[dict]:
+    """Every loader (on its batch path; with `items` also on its per-item path, as `<loader>[items]`) and every
+    backend's ceiling, at each RTT, in one run."""
     check_writable(results_dir)
     backends = sorted({loader_class(name).backend for name in loaders})
     dataset = prepare_data(settings, backends, count, mean_kb)
@@ -104,7 +113,8 @@ def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: f
     toxiproxy.ensure_proxies()
     rows: list[dict] = []
     points = [(rtt, backend, name) for rtt in rtts_ms for backend in backends  # loaders first: "auto" sizes ceilings
-              for name in [*(n for n in loaders if loader_class(n).backend == backend), f"ceiling:{backend}"]]
+              for name in [*(n + path for n in loaders if loader_class(n).backend == backend
+                             for path in ("", ITEMS_SUFFIX)[:2 if items else 1]), f"ceiling:{backend}"]]
     settled: dict[tuple[str, float], int] = {}  # (backend, rtt) -> the widest window its loaders ended with
     try:
         for rtt, backend, name in tqdm(points, desc="bench loaders", unit="point"):
@@ -124,7 +134,8 @@ def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: f
             elif name.startswith("ceiling:"):  # a backend without a compiled ceiling: its Python reference loop
                 results = [timed(ceiling_of(backend, settings, config), cpu) for _ in range(repeats)]
             else:
-                run = epoch_of(name, settings, config, max_seconds, windows)
+                run = epoch_of(name.removesuffix(ITEMS_SUFFIX), settings, config, max_seconds, windows,
+                               items=name.endswith(ITEMS_SUFFIX))
                 results = [timed(run, cpu) for _ in range(repeats)]
                 if windows:
                     settled[(backend, rtt)] = max(settled.get((backend, rtt), 0), windows[-1][-1])

@@ -60,3 +60,12 @@ def test_native_is_only_for_the_plugin(stored):
     settings, dataset, _ = stored
     with pytest.raises(WorkbenchError, match="use --loader cassandra-plugin"):
         bench("fs", dataset, native=True, settings=settings)
+
+
+def test_worker_transport_bench_reads_every_sample_on_both_paths(stored):
+    from pipelines.worker_transport_bench import bench as transport_bench
+
+    settings, dataset, _ = stored
+    rows = transport_bench("fs", dataset, workers=2, batch_size=8, repeats=1, settings=settings)
+    assert [r["path"] for r in rows] == ["items", "batches"]
+    assert all(r["samples"] == N and r["samples_per_s"] > 0 and r["main_cpu_us_per_sample"] > 0 for r in rows)

@@ -94,3 +94,18 @@ def test_a_tiny_study_end_to_end(stack, tmp_path):
     published = runner.invoke(app, ["publish", str(folder), "--root", str(tmp_path / "studies")])
     assert published.exit_code == 0, repr(published.exception)
     assert (tmp_path / "studies" / "tiny-study" / "report" / "report.html").exists()
+
+
+def test_worker_and_decode_points_read_every_sample(stack, tmp_path):
+    """DataLoader workers (batches in shared memory) and decoding points count each sample once per epoch."""
+    cfg = load_sweep_config({
+        "name": "workers", "loaders": ["s3-shards"], "data": {"count": 24, "mean_kb": 8, "seed": 9},
+        "network": {"rtt_ms": [0]}, "layout": {"shard_maxcount": [6]},
+        "loader": {"batch_size": [8], "workers": [0, 2], "decode": [False, True]},
+        "epochs": 1, "repetitions": 1, "warmup_batches": 0,
+    })
+    runs = pd.read_parquet(run_sweep(stack, cfg, tmp_path, progress=False) / "runs.parquet")
+    assert len(runs) == 4 and (runs.status == "ok").all(), runs.error.tolist()
+    assert (runs.samples == 24).all()
+    decoded = runs[runs.decode]
+    assert (decoded.bytes == 24 * 3 * 224 * 224).all()  # decoded CHW uint8 images, not the encoded bytes

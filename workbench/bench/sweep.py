@@ -72,53 +72,37 @@ def prepare_datasets(settings: Settings, cfg: SweepConfig, points: list[SweepPoi
 
 def _batches(point: SweepPoint, settings: Settings, config: dict,
              windows: list[list[int]] | None = None) -> Iterator[tuple[int, int]]:
-    """(samples, bytes) per batch, from the loader in-process or through a torch DataLoader.
+    """(samples, bytes) per batch, from the loader in-process or through a torch DataLoader: the batch path
+    the adapters take (`Loader.batches`; from workers, `BatchDataset` in shared memory).
 
     In-process, the loader's window history (what "auto" chose) is appended to `windows` when it ends.
     """
     if point.workers == 0 and not point.decode:
         with make_loader(point.loader, settings, **config) as loader:
             try:
-                batch = nbytes = 0
-                for item in loader:
-                    batch += 1
-                    nbytes += len(item.data)
-                    if batch == point.batch_size:
-                        yield batch, nbytes
-                        batch = nbytes = 0
-                if batch:
-                    yield batch, nbytes
+                for batch in loader.batches():
+                    yield len(batch), batch.nbytes
             finally:
                 if windows is not None and hasattr(loader, "window_history"):
                     windows.append(loader.window_history)
         return
     from torch.utils.data import DataLoader
 
-    from workbench.adapters.torch import LoaderDataset, collate_raw, decode_transform, skip_none, worker_context
+    from workbench.adapters.torch import BatchDataset, LoaderDataset, decode_transform, skip_none, worker_context
 
-    if point.decode:
+    workers = point.workers
+    options = {"num_workers": workers, "prefetch_factor": point.prefetch_buffers if workers else None,
+               "multiprocessing_context": worker_context(settings, workers)}
+    if point.decode:  # per-sample decoding, a corrupt image skipped
         from torch.utils.data import default_collate
 
         dataset = LoaderDataset(point.loader, settings, transform=decode_transform(on_corrupt="skip"), **config)
-        collate = skip_none(default_collate)
-    else:
-        dataset = LoaderDataset(point.loader, settings, **config)
-        collate = collate_raw
-    workers = point.workers
-    loader = DataLoader(
-        dataset,
-        batch_size=point.batch_size,
-        num_workers=workers,
-        collate_fn=collate,
-        prefetch_factor=point.prefetch_buffers if workers else None,
-        multiprocessing_context=worker_context(settings, workers),
-    )
-    for batch in loader:
-        if point.decode:
-            images = batch[0]
+        for images, _ in DataLoader(dataset, batch_size=point.batch_size, collate_fn=skip_none(default_collate),
+                                    **options):
             yield len(images), images.numel()
-        else:
-            yield len(batch["data"]), sum(len(d) for d in batch["data"])
+        return
+    for element in DataLoader(BatchDataset(point.loader, settings, **config), batch_size=None, **options):
+        yield len(element["key"]), element["data"].numel()
 
 
 def run_epoch(point: SweepPoint, settings: Settings, config: dict, computes: list[ComputeModel], max_s: float,

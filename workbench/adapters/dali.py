@@ -47,10 +47,8 @@ class BatchSource:
 
     def epoch_batches(self, epoch: int) -> Iterator[tuple[list[np.ndarray], list]]:
         """(payload views, labels) of up to batch_size samples: this epoch's samples."""
-        if self.loader.config.batch_size != self.batch_size:
-            self.loader.config = self.loader.config.model_copy(update={"batch_size": self.batch_size})
         self.loader.set_epoch(epoch)
-        for batch in self.loader.batches():
+        for batch in self.loader.batches(self.batch_size):
             yield batch.views(), batch.labels
 
     def __iter__(self) -> BatchSource:

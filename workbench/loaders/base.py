@@ -271,10 +271,10 @@ class Loader(ABC):
             yield item
         self._done = True
 
-    def batches(self) -> Iterator[Batch]:
-        """This epoch as batches of `config.batch_size` in one buffer each: the adapters' hot path (one object
-        and one counter update per batch). Resumes from a loaded state as iterating does."""
-        for batch in batched(self._epoch_items(), self.config.batch_size):
+    def batches(self, size: int | None = None) -> Iterator[Batch]:
+        """This epoch as batches of `size` (default `config.batch_size`) in one buffer each: the adapters' hot
+        path (one object and one counter update per batch). Resumes from a loaded state as iterating does."""
+        for batch in batched(self._epoch_items(), size or self.config.batch_size):
             with self._lock:
                 self.samples += len(batch)
                 self.bytes += batch.nbytes

@@ -15,12 +15,10 @@ which items came, so the state lists the ids delivered this epoch instead (its s
 
 from __future__ import annotations
 
-import functools
 import itertools
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -29,12 +27,9 @@ from workbench.config import Settings
 from workbench.data import Item
 from workbench.data.batch import Batch, batched
 from workbench.errors import WorkbenchError
-from workbench.loaders.order import effective_shard
+from workbench.loaders.resume import Resume, check_state, make_state
 
 T = TypeVar("T")
-STATE_VERSION = 1
-# Config fields that fix a reader's order: a state resumes only a loader that has the same values.
-ORDER_FIELDS = ("dataset", "split", "seed", "shuffle", "ordered", "shuffle_buffer", "mode")
 
 
 class LoaderConfig(BaseModel):
@@ -62,21 +57,6 @@ class LoaderConfig(BaseModel):
         if self.shard_id >= self.num_shards:
             raise ValueError(f"shard_id {self.shard_id} must be < num_shards {self.num_shards}")
         return self
-
-
-@dataclass(frozen=True)
-class Resume:
-    """A loaded state: in `epoch`, the first `position` items of the reader's order were delivered (ordered), or
-    the items of `delivered` ids (out of order); `done`: the epoch had ended."""
-
-    epoch: int
-    position: int
-    done: bool
-    delivered: tuple[str, ...] | None
-
-    @functools.cached_property
-    def skip(self) -> frozenset[str]:
-        return frozenset(self.delivered or ())
 
 
 class Loader(ABC):
@@ -148,47 +128,13 @@ class Loader(ABC):
     @classmethod
     def make_state(cls, config: LoaderConfig, worker_id: int, num_workers: int, epoch: int, position: int = 0,
                    done: bool = False, delivered: Any = None) -> dict[str, Any]:
-        """A state dict (also for readers not built yet: the start of `epoch`)."""
-        state: dict[str, Any] = {
-            "version": STATE_VERSION, "loader": cls.name, "epoch": epoch, "position": position, "done": done,
-            "reader": list(effective_shard(config.shard_id, config.num_shards, worker_id, num_workers)),
-            "order": {f: getattr(config, f) for f in ORDER_FIELDS if hasattr(config, f)},
-        }
-        if not config.ordered:
-            state["delivered"] = list(delivered or ())
-        return state
+        """A state dict (also for readers not built yet: the start of `epoch`); see `workbench.loaders.resume`."""
+        return make_state(cls.name, config, worker_id, num_workers, epoch, position, done, delivered)
 
     @classmethod
     def check_state(cls, state: Mapping[str, Any], config: LoaderConfig, worker_id: int, num_workers: int) -> Resume:
         """`state` as a Resume for this reader, or one WorkbenchError line saying why it cannot resume it."""
-        what = f"loader '{cls.name}'"
-        if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
-            found = state.get("version") if isinstance(state, Mapping) else type(state).__name__
-            raise WorkbenchError(f"{what}: not a loader state of version {STATE_VERSION} (got {found!r}): pass what "
-                                 "state_dict() returned")
-        if state.get("loader") != cls.name:
-            raise WorkbenchError(f"{what} cannot resume a state of loader '{state.get('loader')}'")
-        reader = list(effective_shard(config.shard_id, config.num_shards, worker_id, num_workers))
-        if list(state.get("reader") or []) != reader:
-            saved = state.get("reader") or ["?", "?"]
-            raise WorkbenchError(
-                f"{what}: the state is reader {saved[0]} of {saved[1]} (ranks x DataLoader workers), this is reader "
-                f"{reader[0]} of {reader[1]}: resume with the same ranks, shard_id and DataLoader workers")
-        order = {f: getattr(config, f) for f in ORDER_FIELDS if hasattr(config, f)}
-        saved_order = state.get("order") or {}
-        for name, value in order.items():
-            if saved_order.get(name) != value:
-                raise WorkbenchError(f"{what}: the state was saved with {name}={saved_order.get(name)!r}, this loader "
-                                     f"has {name}={value!r}: resume with the settings the state was saved with")
-        try:
-            epoch, position, done = int(state["epoch"]), int(state["position"]), bool(state["done"])
-            delivered = None if config.ordered else tuple(str(k) for k in state["delivered"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise WorkbenchError(f"{what}: a damaged state ({type(exc).__name__}: {exc}): pass what state_dict() "
-                                 "returned") from None
-        if epoch < 0 or position < 0:
-            raise WorkbenchError(f"{what}: a damaged state (epoch {epoch}, position {position})")
-        return Resume(epoch, position, done, delivered)
+        return check_state(cls.name, state, config, worker_id, num_workers)
 
     def unread(self, epoch: int, order: list[T], key: Callable[[T], str] | None = None) -> list[T]:
         """This reader's `order` for `epoch` less what a loaded state says was delivered: its first `position`

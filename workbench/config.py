@@ -185,7 +185,7 @@ class Settings(BaseSettings):
 
     def proxy_names(self, path: str) -> list[str]:
         """The toxiproxy proxies of a path, one per node: `cassandra`, `cassandra-2`, ... Node k's proxy
-        listens on node_host(k) at the path's proxy port and forwards to node k's server port."""
+        listens on proxy_host(k) at the path's proxy port and forwards to node k's server (node_host(k))."""
         return [path if node == 0 else f"{path}-{node + 1}" for node in range(self.nodes_of(path))]
 
     def topology(self) -> dict[str, object]:

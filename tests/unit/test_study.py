@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from workbench.bench.loaders import raw_ceiling_loader
 from workbench.bench.study import (
     PLANNING,
     STUDIES,
@@ -20,7 +21,7 @@ from workbench.bench.study import (
     prepare_seconds,
     publish,
 )
-from workbench.bench.sweep_ceilings import CEILING_AXES, ceiling_depth, ceiling_points, raw_ceiling_loader
+from workbench.bench.sweep_ceilings import CEILING_AXES, ceiling_depth, ceiling_points
 from workbench.bench.sweep_config import load_sweep_config
 from workbench.cli_study import app
 from workbench.errors import WorkbenchError

@@ -25,8 +25,9 @@ from workbench.concurrency import AUTO, REFERENCE_DEPTH, Concurrency
 from workbench.config import PROXIED, Settings
 from workbench.data import SyntheticSource
 from workbench.environment import describe_environment
+from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
-from workbench.loaders import loader_class, make_loader
+from workbench.loaders import LOADERS, Loader, loader_class, make_loader
 from workbench.net.toxiproxy import Toxiproxy
 from workbench.results import check_writable, write_results
 
@@ -71,10 +72,28 @@ def epoch_of(name: str, settings: Settings, config: dict, max_seconds: float,
 
 
 def ceiling_of(backend: str, settings: Settings, config: dict) -> Callable[[], tuple[int, int]]:
-    """The Python reference ceiling of `backend`: its namesake loader's plainest client loop."""
-    cls = loader_class(backend)
+    """The Python reference ceiling of `backend`: the plainest client loop of its loaders (`raw_ceiling_loader`)."""
+    cls = loader_class(raw_ceiling_loader(backend))
     validated = cls.Config(**config)
     return lambda: cls.raw_ceiling(settings, validated)
+
+
+def overrides(cls: type[Loader], hook: str) -> bool:
+    """Whether a loader class gives an optional hook of `Loader` (prepare_dataset, raw_ceiling) its own body."""
+    def body(method: object) -> object:
+        return getattr(method, "__func__", method)
+
+    return body(getattr(cls, hook)) is not body(getattr(Loader, hook))
+
+
+def raw_ceiling_loader(backend: str) -> str:
+    """The loader whose `raw_ceiling` stands for a backend with no compiled program (namesake first)."""
+    candidates = [name for name in LOADERS
+                  if loader_class(name).backend == backend and overrides(loader_class(name), "raw_ceiling")]
+    if not candidates:
+        raise WorkbenchError(f"backend '{backend}' has no ceiling: neither a native program (its descriptor's "
+                             "native_ceiling) nor a loader with a raw_ceiling")
+    return backend if backend in candidates else candidates[0]
 
 
 def prepare_data(settings: Settings, backends: list[str], count: int, mean_kb: float) -> str:
@@ -150,7 +169,8 @@ def bench_loaders(settings: Settings, loaders: list[str], count: int, mean_kb: f
                 "samples": results[0][1], "repeats": repeats,
                 "samples_per_s": statistics.median(rates), "samples_per_s_min": min(rates),
                 "samples_per_s_max": max(rates), "mb_per_s": statistics.median(mbps),
-                "ceiling_program": (program_name(backend) if native else f"python/{backend}.raw_ceiling")
+                "ceiling_program": (program_name(backend) if native
+                                    else f"python/{raw_ceiling_loader(backend)}.raw_ceiling")
                 if name.startswith("ceiling:") else None,
                 **cpu_columns(results, cpu),
             })

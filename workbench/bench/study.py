@@ -18,9 +18,10 @@ from pathlib import Path
 
 from workbench import catalog
 from workbench.backends import backend_class
+from workbench.bench.loaders import overrides
 from workbench.bench.points import SweepPoint
 from workbench.bench.sweep import dataset_name
-from workbench.bench.sweep_ceilings import CEILING_PREFIX, backend_of, ceiling_points, overrides
+from workbench.bench.sweep_ceilings import CEILING_PREFIX, backend_of, ceiling_points
 from workbench.bench.sweep_config import SweepConfig, load_sweep_config
 from workbench.concurrency import AUTO
 from workbench.config import Settings

@@ -17,14 +17,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from workbench.backends import backend_class
-from workbench.bench.loaders import timed
+from workbench.bench.loaders import raw_ceiling_loader, timed
 from workbench.bench.native_ceilings import cpu_columns, run_native_ceiling
 from workbench.bench.points import AXES, SweepPoint
 from workbench.concurrency import AUTO, REFERENCE_DEPTH
 from workbench.config import Settings
-from workbench.errors import WorkbenchError
-from workbench.loaders import LOADERS, loader_class
-from workbench.loaders.base import Loader
+from workbench.loaders import loader_class
 
 CEILING_PREFIX = "ceiling:"
 # The axes a ceiling shares with the loaders it bounds: the network, the dataset's layout and the concurrency.
@@ -58,24 +56,6 @@ def ceiling_depth(ceiling: SweepPoint, rows: list[dict]) -> int:
                and row["backend"] == backend_of(ceiling) and not str(row["loader"]).startswith(CEILING_PREFIX)
                and all(row.get(name) == ceiling[name] for name in CEILING_AXES)]
     return max(windows, default=REFERENCE_DEPTH)
-
-
-def overrides(cls: type[Loader], hook: str) -> bool:
-    """Whether a loader class gives an optional hook of `Loader` (prepare_dataset, raw_ceiling) its own body."""
-    def body(method: object) -> object:
-        return getattr(method, "__func__", method)
-
-    return body(getattr(cls, hook)) is not body(getattr(Loader, hook))
-
-
-def raw_ceiling_loader(backend: str) -> str:
-    """The loader whose `raw_ceiling` stands for a backend with no compiled program (namesake first)."""
-    candidates = [name for name in LOADERS
-                  if loader_class(name).backend == backend and overrides(loader_class(name), "raw_ceiling")]
-    if not candidates:
-        raise WorkbenchError(f"backend '{backend}' has no ceiling: neither a native program (its descriptor's "
-                             "native_ceiling) nor a loader with a raw_ceiling")
-    return backend if backend in candidates else candidates[0]
 
 
 def measure_ceiling(settings: Settings, ceiling: SweepPoint, dataset: str, depth: int) -> dict[str, Any]:

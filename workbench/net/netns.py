@@ -158,6 +158,18 @@ def shaping(namespace: str) -> dict[str, int]:
     return {row["dev"]: int(row["options"]["rate"]) * 8 for row in rows if row.get("kind") == "tbf"}
 
 
+def set_link(namespace: str, up: bool) -> str:
+    """Cut (`up` False) or mend a node's link: its veth's host end down or up. Down, the node reaches neither the
+    bridge nor any other node, and nothing on the host reaches it (a partition); its namespace, addresses and
+    cap stay as they were. Returns the veth."""
+    veth = node_of(namespace).veth
+    if not _is_veth(veth):
+        raise WorkbenchError(f"namespace {namespace} has no veth {veth} on this host: is the stack up with "
+                             "node_network=netns?")
+    _run(["ip", "link", "set", veth, "up" if up else "down"])
+    return veth
+
+
 def exec_prefix(namespace: str | None) -> list[str]:
     """The command prefix that runs a program inside `namespace` (none for the host)."""
     return ["ip", "netns", "exec", namespace] if namespace else []

@@ -79,6 +79,11 @@ class Toxiproxy:
     def set_enabled(self, proxy: str, enabled: bool) -> None:
         self._call("POST", f"/proxies/{proxy}", {"enabled": enabled})
 
+    def node_proxies(self, node: int) -> list[str]:
+        """Node `node`'s proxies, one per path it serves (`cassandra-2`, `s3-2`, ...): its links to the clients."""
+        s = self.settings
+        return [s.proxy_names(path)[node] for path in PROXIED if node < s.nodes_of(path)]
+
     def set_network(self, proxy: str, rtt_ms: float = 0, jitter_ms: float = 0, bandwidth_kbps: float = 0) -> None:
         """Replace the proxy's toxics by a round-trip time (half each way), jitter and a bandwidth cap."""
         for toxic in self._call("GET", f"/proxies/{proxy}/toxics"):

@@ -42,6 +42,23 @@ def select(settings: Settings, names: list[str] | None = None) -> list[Service]:
     return [n for n in nodes if not names or n.name in names or n.node_name in names]
 
 
+def nodes_behind(settings: Settings, path: str) -> list[Service]:
+    """The stack's nodes that a toxiproxy path's proxies forward to, node k behind proxy k (`proxy_names`).
+
+    Found by address: a node serves the path when the proxy's upstream (`node_host(k)`, the path's port) is one
+    of its ports, so whoever strikes a path's cluster (chaos node faults) never spells a service's name."""
+    nodes = select(settings)
+    behind = []
+    for k in range(settings.nodes_of(path)):
+        upstream = (settings.node_host(k), settings.port(path))
+        found = [n for n in nodes if n.node == k and upstream in {(n.node_host, p) for p in n.ports().values()}]
+        if not found:
+            raise WorkbenchError(f"no node of the stack serves {path} at {upstream[0]}:{upstream[1]} (node {k + 1}): "
+                                 "check the port settings of that service")
+        behind.append(found[0])
+    return behind
+
+
 def process_of(service: Service) -> ManagedProcess:
     return ManagedProcess(service.node_name, service.settings.state_dir / "run")
 

@@ -23,6 +23,31 @@ from workbench.errors import WorkbenchError
 from workbench.stack.service import Health, Launch, Service
 from workbench.stack.tls import Certificates
 
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def model_environment(s) -> dict[str, str]:
+    """What the python-backend models read from Triton's environment (its cwd is the state dir: no .env
+    is read there): cassandra_fetch's Cassandra connection, and the S3 and Ignite settings with which the
+    classifier reads its checkpoint (`workbench.model_serving`). Secrets travel only in the child's
+    environment, never on its command line or in a log."""
+    env = {"WORKBENCH_HOST": s.host, "WORKBENCH_CASSANDRA_PORT": str(s.cassandra_port),
+           "WORKBENCH_TIMEOUT_S": str(s.timeout_s), "WORKBENCH_TRITON_CASSANDRA_TABLE": s.triton_cassandra_table,
+           "WORKBENCH_S3_PORT": str(s.s3_port), "WORKBENCH_S3_REGION": s.s3_region,
+           "WORKBENCH_S3_BUCKET": s.s3_bucket, "WORKBENCH_IGNITE_PORT": str(s.ignite_port),
+           "WORKBENCH_TLS": "true" if s.tls else "false"}  # the clients' TLS: the CA only, never a keystore
+    for user, password, name in ((s.cassandra_username, s.cassandra_password, "CASSANDRA"),
+                                 (s.ignite_username, s.ignite_password, "IGNITE")):
+        if user and password:
+            env[f"WORKBENCH_{name}_USERNAME"] = user
+            env[f"WORKBENCH_{name}_PASSWORD"] = password.get_secret_value()
+    if s.s3_access_key and s.s3_secret_key:
+        env["WORKBENCH_S3_ACCESS_KEY"] = s.s3_access_key.get_secret_value()
+        env["WORKBENCH_S3_SECRET_KEY"] = s.s3_secret_key.get_secret_value()
+    if s.tls:
+        env["WORKBENCH_TLS_CA_FILE"] = str(s.ca_file())
+    return env
+
 
 def pytriton_root() -> Path:
     spec = importlib.util.find_spec("pytriton")
@@ -63,18 +88,11 @@ class Triton(Service):
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
         libdir = sysconfig.get_config_var("LIBDIR") or ""
         env["LD_LIBRARY_PATH"] = ":".join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
-        # The cassandra_fetch model reads these (Triton's cwd is the state dir: no .env is read there).
-        # Secrets travel only in the child's environment, never on its command line or in a log.
-        env["WORKBENCH_HOST"] = s.host
-        env["WORKBENCH_CASSANDRA_PORT"] = str(s.cassandra_port)
-        env["WORKBENCH_TIMEOUT_S"] = str(s.timeout_s)
-        env["WORKBENCH_TRITON_CASSANDRA_TABLE"] = s.triton_cassandra_table
-        if s.cassandra_username and s.cassandra_password:
-            env["WORKBENCH_CASSANDRA_USERNAME"] = s.cassandra_username
-            env["WORKBENCH_CASSANDRA_PASSWORD"] = s.cassandra_password.get_secret_value()
-        env["WORKBENCH_TLS"] = "true" if s.tls else "false"  # Cassandra's TLS: the CA only, never a keystore
-        if s.tls:
-            env["WORKBENCH_TLS_CA_FILE"] = str(s.ca_file())
+        env.update(model_environment(s))
+        # The models import workbench (installed in this interpreter) and the classifier the training
+        # pipelines' architectures (pipelines/, beside the package in a checkout).
+        if (PROJECT_ROOT / "pipelines").is_dir():
+            env["PYTHONPATH"] = ":".join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
         command = [
             str(pytriton_root() / "bin" / "tritonserver"), f"--model-repository={repository}",
             f"--backend-directory={self.data_dir / 'backends'}",

@@ -11,7 +11,8 @@ This is the server-side read of cassandra-dali-plugin's Triton example: clients 
   is ready, even while Cassandra is still starting; requests then get a clear UNAVAILABLE error.
 * All distinct UUIDs of a dynamic batch are read concurrently (`execute_async` on a prepared statement).
 * Tensors cross the stub with DLPack only (its pybind11 misreads NumPy 2 dtypes: see
-  ../../preprocess/config.pbtxt).
+  ../../preprocess/config.pbtxt); the helpers for that are shared with the other models
+  (`workbench.triton_python`).
 * Errors are per request: an unknown UUID, a malformed one or a failed read fails the request that
   carries it, with a message naming the UUID and table; the other requests of the batch succeed.
 """
@@ -23,12 +24,16 @@ import json
 import os
 import re
 import ssl
-import sys
 import threading
 import uuid
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+from workbench.triton_python import error as _error
+from workbench.triton_python import param as _param
+from workbench.triton_python import quiet_numpy_dlpack_deleter as _quiet_numpy_dlpack_deleter
+from workbench.triton_python import tensor as _tensor
 
 DEFAULT_TABLE = "workbench_triton.data_train"
 # v4, as the workbench's Cassandra loader: v5's checksummed segments cost the Python driver ~25% more CPU
@@ -36,28 +41,6 @@ DEFAULT_TABLE = "workbench_triton.data_train"
 PROTOCOL_VERSION = 4
 _TABLE = re.compile(r"^[a-z][a-z0-9_]{0,47}\.[a-z][a-z0-9_]{0,47}$")
 _COLUMN = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
-
-
-def _error(message: str, code: str = "INTERNAL"):
-    value = getattr(pb_utils.TritonError, code, None)  # error codes: python backend >= 23.x
-    return pb_utils.TritonError(message) if value is None else pb_utils.TritonError(message, value)
-
-
-# The python-backend stub of the nvidia-pytriton wheel is built with a pybind11 that misreads NumPy 2 dtypes:
-# with NumPy 2, `Tensor(name, ndarray)` yields empty tensors and `as_numpy()` garbage, so arrays cross
-# with DLPack. With NumPy 1 the plain API is the safe one: the stub renames consumed capsules 'used_dlpack',
-# and NumPy 1's capsule destructor then reports the dying capsule to sys.unraisablehook (a crash).
-NUMPY2 = int(np.__version__.split(".")[0]) >= 2
-
-
-def _tensor(name: str, array: np.ndarray):
-    array = np.ascontiguousarray(array)
-    return pb_utils.Tensor.from_dlpack(name, array) if NUMPY2 else pb_utils.Tensor(name, array)
-
-
-def _param(config: dict, key: str, default: str) -> str:
-    value = config.get("parameters", {}).get(key, {}).get("string_value", "")
-    return value if value not in ("", None) else default
 
 
 def _first_line(exc: BaseException) -> str:
@@ -69,28 +52,6 @@ class RequestError(Exception):
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message)
         self.code = code
-
-
-def _quiet_numpy_dlpack_deleter() -> None:
-    """Drop one known, harmless report per output tensor.
-
-    The stub renames DLPack capsules it consumed to 'used_dlpack' (the DLPack protocol says
-    'used_dltensor'), so NumPy 2's capsule destructor reports "PyCapsule_GetPointer called with incorrect
-    name" through sys.unraisablehook (with no object: safe to drop). Nothing leaks: the stub calls the
-    tensor's own deleter when done.
-    """
-    previous = sys.unraisablehook
-    if not NUMPY2 or getattr(previous, "_drops_dlpack_capsule_report", False):
-        return  # NumPy 1 arrays never go through DLPack here (see NUMPY2)
-
-    def hook(unraisable) -> None:
-        exc = unraisable.exc_value
-        if isinstance(exc, ValueError) and "PyCapsule_GetPointer called with incorrect name" in str(exc):
-            return
-        previous(unraisable)
-
-    hook._drops_dlpack_capsule_report = True  # type: ignore[attr-defined]
-    sys.unraisablehook = hook
 
 
 class TritonPythonModel:

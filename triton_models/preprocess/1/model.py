@@ -1,56 +1,41 @@
 """Preprocess: a DALI pipeline in a python-backend model (decode, resize, centre crop, normalise, CHW float32).
 
-The graph is the one `workbench.adapters.dali` builds for training: `fn.decoders.image` on the GPU
-("mixed", nvJPEG) when this instance runs on a GPU, on the CPU (`device_id=None`) otherwise; then the
-shorter side is resized to 256, the centre 224x224 is cropped and normalised with ImageNet mean/std.
+The graph is training's (`workbench.preprocessing.dali_decode_resize_crop`, the one definition of the
+resize rule and the ImageNet mean/std): `fn.decoders.image` on the GPU ("mixed", nvJPEG) when this
+instance runs on a GPU, on the CPU (`device_id=None`) otherwise; then the shorter side is resized
+(parameter resize_shorter; default the DALI training rule, 256 for 224) and the centre S x S is cropped
+and normalised. S is the side of the PIXELS output in config.pbtxt (224 in the shared repository; a
+repository written for a checkpoint, `workbench.model_serving`, sets its model's size there).
 
 Every request of a dynamic batch is decoded in one pipeline run. A blob DALI cannot decode fails only
 its own request: the batch is then re-run request by request (a failed DALI pipeline is rebuilt first).
 
-Inputs cross the stub with DLPack (`np.from_dlpack`), outputs through `_tensor` (DLPack with NumPy 2,
-the plain API with NumPy 1): the stub's pybind11 misreads NumPy 2 dtypes (see config.pbtxt). No torch
-here: importing it would cost ~550 MB and ~3 s per model instance.
+Inputs cross the stub with DLPack (`np.from_dlpack`), outputs through `tensor` (DLPack with NumPy 2,
+the plain API with NumPy 1; `workbench.triton_python`): the stub's pybind11 misreads NumPy 2 dtypes (see
+config.pbtxt). No torch here: importing it would cost ~550 MB and ~3 s per model instance.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-SIZE = 224
-MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
-STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
+from workbench.preprocessing import SERVING_SIZE, dali_decode_resize_crop, resize_shorter
+from workbench.triton_python import error, input_array, param, quiet_numpy_dlpack_deleter, tensor
 
 
-def _error(message: str, code: str = "INVALID_ARG"):
-    value = getattr(pb_utils.TritonError, code, None)  # error codes: python backend >= 23.x
-    return pb_utils.TritonError(message) if value is None else pb_utils.TritonError(message, value)
-
-
-# The python-backend stub of the nvidia-pytriton wheel is built with a pybind11 that misreads NumPy 2 dtypes:
-# with NumPy 2, `Tensor(name, ndarray)` yields empty tensors and `as_numpy()` garbage, so arrays cross
-# with DLPack. With NumPy 1 the plain API is the safe one: the stub renames consumed capsules 'used_dlpack',
-# and NumPy 1's capsule destructor then reports the dying capsule to sys.unraisablehook (a crash).
-NUMPY2 = int(np.__version__.split(".")[0]) >= 2
-
-
-def _tensor(name: str, array: np.ndarray):
-    array = np.ascontiguousarray(array)
-    return pb_utils.Tensor.from_dlpack(name, array) if NUMPY2 else pb_utils.Tensor(name, array)
-
-
-def _param(config: dict, key: str, default: str) -> str:
-    value = config.get("parameters", {}).get(key, {}).get("string_value", "")
-    return value if value not in ("", None) else default
-
-
-def _input(request, name: str) -> np.ndarray | None:
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    return None if tensor is None else np.from_dlpack(tensor)
+def _pixels_size(config: dict) -> int:
+    """The crop side: the last dim of the PIXELS output (the classifier's input), so the two cannot differ."""
+    for output in config.get("output", []):
+        if output.get("name") == "PIXELS":
+            dims = [int(d) for d in output.get("dims", [])]
+            if len(dims) == 3 and dims[0] == 3 and dims[1] == dims[2] and dims[1] > 0:
+                return dims[1]
+            raise pb_utils.TritonModelException(f"preprocess: PIXELS dims must be [3, S, S], got {dims}")
+    return SERVING_SIZE
 
 
 def _gpu_count() -> int:
@@ -85,34 +70,12 @@ def _dali_reason(exc: Exception) -> str:
     return f"{reason} ({operator.rstrip(',')})" if operator else reason
 
 
-def _quiet_numpy_dlpack_deleter() -> None:
-    """Drop one known, harmless report per output tensor.
-
-    The stub renames DLPack capsules it consumed to 'used_dlpack' (the DLPack protocol says
-    'used_dltensor'), so NumPy 2's capsule destructor reports "PyCapsule_GetPointer called with incorrect
-    name" through sys.unraisablehook (with no object: safe to drop). Nothing leaks: the stub calls the
-    tensor's own deleter when done.
-    """
-    previous = sys.unraisablehook
-    if not NUMPY2 or getattr(previous, "_drops_dlpack_capsule_report", False):
-        return  # NumPy 1 arrays never go through DLPack here (see NUMPY2)
-
-    def hook(unraisable) -> None:
-        exc = unraisable.exc_value
-        if isinstance(exc, ValueError) and "PyCapsule_GetPointer called with incorrect name" in str(exc):
-            return
-        previous(unraisable)
-
-    hook._drops_dlpack_capsule_report = True  # type: ignore[attr-defined]
-    sys.unraisablehook = hook
-
-
 class TritonPythonModel:
     def initialize(self, args):
-        _quiet_numpy_dlpack_deleter()
+        quiet_numpy_dlpack_deleter()
         config = json.loads(args["model_config"])
         self.max_batch = max(1, int(config.get("max_batch_size", 64)))
-        device = _param(config, "device", "auto").lower()
+        device = param(config, "device", "auto").lower()
         if device not in ("auto", "cpu", "gpu"):
             raise pb_utils.TritonModelException(f"preprocess: parameter device must be auto, cpu or gpu: {device!r}")
         on_gpu_instance = args.get("model_instance_kind", "CPU") == "GPU"
@@ -121,31 +84,30 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException("preprocess: device=gpu but DALI sees no CUDA device")
         self.gpu = gpus > 0 and (device == "gpu" or (device == "auto" and on_gpu_instance))
         self.device_id = int(args.get("model_instance_device_id", 0) or 0) if self.gpu else None
-        threads = int(_param(config, "num_threads", "0"))
+        threads = int(param(config, "num_threads", "0"))
         self.num_threads = threads if threads > 0 else max(1, min(4, os.cpu_count() or 1))
-        self.resize_shorter = int(_param(config, "resize_shorter", str(SIZE * 256 // 224)))
+        self.size = _pixels_size(config)
+        self.resize_shorter = int(param(config, "resize_shorter", str(resize_shorter(self.size, "dali"))))
         self.pipe = self._build()
         warmup = _warmup_jpeg()
         if warmup is not None:  # the first run allocates: better here than in the first request
             self._run([np.frombuffer(warmup, dtype=np.uint8)])
         pb_utils.Logger.log_info(
             f"preprocess: DALI decoder={'mixed' if self.gpu else 'cpu'} device_id={self.device_id} "
-            f"threads={self.num_threads} max_batch={self.max_batch}"
+            f"threads={self.num_threads} max_batch={self.max_batch} size={self.size} "
+            f"resize_shorter={self.resize_shorter}"
         )
 
     def _build(self):
         from nvidia.dali import fn, pipeline_def, types
 
-        gpu, resize_shorter = self.gpu, self.resize_shorter
+        gpu, size, shorter = self.gpu, self.size, self.resize_shorter
 
         @pipeline_def(batch_size=self.max_batch, num_threads=self.num_threads, device_id=self.device_id,
                       prefetch_queue_depth=1, exec_dynamic=True)
         def pipeline():
             jpegs = fn.external_source(name="IMAGE", dtype=types.UINT8)
-            images = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB)
-            images = fn.resize(images, resize_shorter=resize_shorter, antialias=True)
-            return fn.crop_mirror_normalize(images, crop=(SIZE, SIZE), mean=MEAN, std=STD, dtype=types.FLOAT,
-                                            output_layout="CHW")
+            return dali_decode_resize_crop(jpegs, gpu, size, shorter)  # training's graph and constants
 
         pipe = pipeline()
         pipe.build()
@@ -170,15 +132,15 @@ class TritonPythonModel:
     def _response(self, pixels: np.ndarray):
         device = np.full((len(pixels), 1), -1 if self.device_id is None else self.device_id, dtype=np.int32)
         return pb_utils.InferenceResponse(output_tensors=[
-            _tensor("PIXELS", pixels),
-            _tensor("DECODE_DEVICE", device),
+            tensor("PIXELS", pixels),
+            tensor("DECODE_DEVICE", device),
         ])
 
     @staticmethod
     def _blobs(request) -> list[np.ndarray]:
         """The request's encoded images: rows of IMAGE cut to IMAGE_SIZE (or whole rows)."""
-        rows = _input(request, "IMAGE")
-        sizes = _input(request, "IMAGE_SIZE")
+        rows = input_array(request, "IMAGE")
+        sizes = input_array(request, "IMAGE_SIZE")
         if rows is None or rows.ndim != 2:
             raise ValueError("IMAGE must be a [batch, bytes] uint8 tensor")
         width = rows.shape[1]
@@ -200,7 +162,7 @@ class TritonPythonModel:
             try:
                 batches.append((i, self._blobs(request)))
             except ValueError as exc:
-                responses[i] = pb_utils.InferenceResponse(error=_error(f"preprocess: {exc}"))
+                responses[i] = pb_utils.InferenceResponse(error=error(f"preprocess: {exc}"))
         if not batches:
             return responses
         pixels, problem = self._safe_run([blob for _, blobs in batches for blob in blobs])
@@ -212,12 +174,12 @@ class TritonPythonModel:
             return responses
         if len(batches) == 1:  # nothing to isolate
             responses[batches[0][0]] = pb_utils.InferenceResponse(
-                error=_error(f"preprocess: cannot decode the image(s): {problem}"))
+                error=error(f"preprocess: cannot decode the image(s): {problem}"))
             return responses
         for i, blobs in batches:  # find the request(s) with undecodable data; the others still succeed
             pixels, problem = self._safe_run(blobs)
             responses[i] = self._response(pixels) if problem is None else pb_utils.InferenceResponse(
-                error=_error(f"preprocess: cannot decode the image(s): {problem}"))
+                error=error(f"preprocess: cannot decode the image(s): {problem}"))
         return responses
 
     def finalize(self):

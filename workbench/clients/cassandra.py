@@ -28,8 +28,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.clients.cloud_bundle import CloudBundle
 from workbench.clients.endpoints import cassandra_points, where
-from workbench.clients.tls import STACK_CA_HINT, chained, speaks_tls, ssl_reason, verify_reason
+from workbench.clients.tls import (
+    LOADER_CERTIFICATE_HINT,
+    STACK_CA_HINT,
+    STACK_CERTIFICATE_HINT,
+    chained,
+    client_certificate_problem,
+    speaks_tls,
+    ssl_reason,
+    stack_client_certificate,
+    verify_reason,
+)
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
 
@@ -44,10 +55,15 @@ class CassandraLoginRefused(WorkbenchError):
     """Cassandra refused the login itself (user or password): retrying cannot help, the settings must change."""
 
 def cassandra_ssl_context(settings: Settings) -> ssl.SSLContext | None:
-    """With settings.tls: trust only the stack's CA and check the server's name against settings.host."""
+    """With settings.tls: trust only the stack's CA and check the server's name against settings.host; when
+    the stack requires client certificates, present the stack's own (stack_client_certificate)."""
     if not settings.tls:
         return None
-    return ssl.create_default_context(cafile=str(settings.ca_file()))  # CERT_REQUIRED + check_hostname
+    context = ssl.create_default_context(cafile=str(settings.ca_file()))  # CERT_REQUIRED + check_hostname
+    own = stack_client_certificate(settings)
+    if own is not None:
+        context.load_cert_chain(*own)
+    return context
 
 def settings_login(settings: Settings) -> tuple[str, str] | None:
     """The configured login (user, password), refusing the server's well-known default unless dev_mode."""
@@ -169,14 +185,18 @@ def cassandra_session(settings: Settings, via_proxy: bool = False, login: tuple[
         try:
             session = cluster.connect()
         except NoHostAvailable as exc:
-            error = cassandra_error(exc, where(_points(settings, via_proxy, node)), settings.tls, settings.timeout_s)
+            own = stack_client_certificate(settings)
+            error = cassandra_error(exc, where(_points(settings, via_proxy, node)), settings.tls, settings.timeout_s,
+                                    str(own[0]) if own else None, STACK_CERTIFICATE_HINT)
             raise error from error.__cause__
         yield session
     finally:
         cluster.shutdown()
 
-def cassandra_error(exc: BaseException, where: str, tls: bool, timeout_s: float) -> WorkbenchError:
-    """One line for a failed connect to `where`: a refused login, a TLS mismatch or an unreachable server.
+def cassandra_error(exc: BaseException, where: str, tls: bool, timeout_s: float,
+                    own_certificate: str | None = None, hint: str = LOADER_CERTIFICATE_HINT) -> WorkbenchError:
+    """One line for a failed connect to `where`: a refused login, a missing or refused client certificate,
+    a TLS mismatch or an unreachable server. `own_certificate`: the client certificate presented, if any.
 
     Why the cause matters: a refused login or a TLS mismatch is permanent (no cause a retry policy would
     call transient), while "unreachable" keeps the driver's NoHostAvailable, so loaders retry only that.
@@ -190,6 +210,8 @@ def cassandra_error(exc: BaseException, where: str, tls: bool, timeout_s: float)
         return chained(CassandraLoginRefused(
             f"Cassandra at {where} refused the login ({server_says.group(1) if server_says else text}): check "
             "WORKBENCH_CASSANDRA_USERNAME and WORKBENCH_CASSANDRA_PASSWORD (environment or .env)"), cause)
+    if tls and (refused := client_certificate_problem(text, where, own_certificate, hint)) is not None:
+        return refused
     if "CERTIFICATE_VERIFY_FAILED" in text:  # the driver re-raises SSL errors as OSError(errno, text)
         return chained(WorkbenchError(
             f"cannot verify the TLS certificate of Cassandra at {where} ({verify_reason(text)}): set "
@@ -261,8 +283,13 @@ class NativeTLS:
 
 
 def stack_tls(settings: Settings) -> NativeTLS | None:
-    """With settings.tls: trust only the stack's CA and check the server's address or name (as the Python driver)."""
-    return NativeTLS(str(settings.ca_file()), check_identity=True) if settings.tls else None
+    """With settings.tls: trust only the stack's CA and check the server's address or name (as the Python
+    driver); the stack's client certificate when it requires one."""
+    if not settings.tls:
+        return None
+    own = stack_client_certificate(settings)
+    return NativeTLS(str(settings.ca_file()), check_identity=True, own_certificate=str(own[0]) if own else None,
+                     own_key=str(own[1]) if own else None)
 
 
 def read_pem(name: str, path: str) -> str:
@@ -298,7 +325,7 @@ def configure_native_tls(cluster: Any, tls: NativeTLS | None, host: str) -> None
 
 
 def native_connect_error(exc: BaseException, where: str, tls: bool, timeout_s: float,
-                         first: tuple[str, int]) -> WorkbenchError:
+                         first: tuple[str, int], own_certificate: str | None = None) -> WorkbenchError:
     """The Python driver's one-line messages (cassandra_error) for a failed acsylla connect.
 
     A refused login or a TLS mismatch is permanent (no transient cause); "unreachable" keeps the driver's
@@ -311,6 +338,8 @@ def native_connect_error(exc: BaseException, where: str, tls: bool, timeout_s: f
         return chained(CassandraLoginRefused(
             f"Cassandra at {where} refused the login ({server_says.group(1) if server_says else text}): check "
             "WORKBENCH_CASSANDRA_USERNAME and WORKBENCH_CASSANDRA_PASSWORD (environment or .env)"), exc)
+    if tls and (refused := client_certificate_problem(text, where, own_certificate)) is not None:
+        return refused
     if isinstance(exc, errors.CassErrorSslInvalidPeerCert | errors.CassErrorSslIdentityMismatch
                   | errors.CassErrorSslNoPeerCert):
         reason = text.split("Underlying connection error:")[-1].strip()
@@ -330,24 +359,33 @@ def native_connect_error(exc: BaseException, where: str, tls: bool, timeout_s: f
 
 
 async def open_native_session(settings: Settings, hosts: list[str], port: int, login: tuple[str, str] | None,
-                              tls: NativeTLS | None, **options: Any) -> Any:
+                              tls: NativeTLS | None, cloud_bundle: CloudBundle | None = None,
+                              **options: Any) -> Any:
     """A connected acsylla session, every timeout settings.timeout_s; a failed connect as one line.
 
     `options` go to acsylla.create_cluster (e.g. num_threads_io). Neither reading rows nor inserting them
-    needs the schema of every keyspace or routing by token: connects are faster without.
+    needs the schema of every keyspace or routing by token: connects are faster without. `cloud_bundle`:
+    the driver's cloud mode (the bundle's metadata service names the SNI proxy and the nodes, the bundle
+    holds the TLS files), instead of `hosts`, `port` and `tls`.
     """
     acsylla = acsylla_driver()
     username, password = login if login else (None, None)
     timeouts = {"connect_timeout": settings.timeout_s, "request_timeout": settings.timeout_s,
                 "resolve_timeout": settings.timeout_s}
-    cluster = acsylla.create_cluster(hosts, port=port, username=username, password=password,
-                                     **{**_NATIVE_DEFAULTS, **native_topology(settings), **timeouts, **options})
-    configure_native_tls(cluster, tls, hosts[0])
+    merged = {**_NATIVE_DEFAULTS, **native_topology(settings), **timeouts, **options}
+    if cloud_bundle is not None:
+        cluster = acsylla.create_cluster(None, username=username, password=password,
+                                         cloud_secure_connection_bundle=str(cloud_bundle.path), **merged)
+        first, at, tls = (cloud_bundle.host, cloud_bundle.port), cloud_bundle.describe(), None
+    else:
+        cluster = acsylla.create_cluster(hosts, port=port, username=username, password=password, **merged)
+        configure_native_tls(cluster, tls, hosts[0])
+        first, at = (hosts[0], port), where([(h, port) for h in hosts])
     try:
         return await cluster.create_session()
     except acsylla.errors.CassException as exc:
-        raise native_connect_error(exc, where([(h, port) for h in hosts]), tls is not None, settings.timeout_s,
-                                   (hosts[0], port)) from None
+        raise native_connect_error(exc, at, cloud_bundle is not None or tls is not None, settings.timeout_s, first,
+                                   tls.own_certificate if tls else None) from None
 
 
 def native_topology(settings: Settings) -> dict[str, Any]:

@@ -5,10 +5,63 @@ from __future__ import annotations
 import re
 import socket
 import ssl
+from pathlib import Path
 
+from workbench.config import Settings
 from workbench.errors import WorkbenchError
 
 STACK_CA_HINT = "the local stack's is <state_dir>/tls/ca.crt"
+# The stack's own client certificate (workbench.stack.tls.ensure_client_certificates writes them in the
+# certificates dir): what the workbench's clients present to a Cassandra that requires client certificates.
+CLIENT_CERT_FILE = "client.crt"
+CLIENT_KEY_FILE = "client.key"
+# TLS alerts a server sends to a client whose certificate it wants but did not get, or does not trust.
+_NO_CERTIFICATE = re.compile(r"certificate[ _]required", re.IGNORECASE)
+_BAD_CERTIFICATE = re.compile(r"bad[ _]certificate|unknown[ _]ca|certificate[ _]unknown|"
+                              r"unsupported[ _]certificate|decrypt[ _]error", re.IGNORECASE)
+
+
+def client_auth_required(settings: Settings) -> bool:
+    """Whether the stack's Cassandra requires client certificates (settings.cassandra_client_auth).
+
+    getattr: the field is new in Settings (issue 16.2); settings objects made without it read False.
+    """
+    return bool(getattr(settings, "cassandra_client_auth", False))
+
+
+def stack_client_certificate(settings: Settings) -> tuple[Path, Path] | None:
+    """(certificate, key) the workbench's own clients present when the stack requires client certificates."""
+    if not (settings.tls and client_auth_required(settings)):
+        return None
+    root = settings.certificates_dir()
+    cert, key = root / CLIENT_CERT_FILE, root / CLIENT_KEY_FILE
+    if not cert.is_file() or not key.is_file():
+        raise WorkbenchError(
+            f"the stack requires client certificates but {cert} or {key} is missing: run `workbench stack up` "
+            "(it generates them) or set WORKBENCH_CASSANDRA_CLIENT_AUTH=0")
+    return cert, key
+
+
+LOADER_CERTIFICATE_HINT = "pass ssl_own_certificate and ssl_own_key (and ssl_own_key_pass for an encrypted key)"
+STACK_CERTIFICATE_HINT = ("set WORKBENCH_CASSANDRA_CLIENT_AUTH=1: the workbench's clients then present the stack's "
+                          "<tls_dir>/client.crt")
+
+
+def client_certificate_problem(text: str, where: str, presented: str | None,
+                               hint: str = LOADER_CERTIFICATE_HINT) -> WorkbenchError | None:
+    """The one line for a server that refused the client's certificate (or wanted one); None otherwise.
+
+    `text`: the driver's error; `presented`: the client certificate given (None: none was); `hint`: how
+    to give one (the loaders' parameters, or the stack's setting).
+    """
+    if presented is None and (_NO_CERTIFICATE.search(text) or _BAD_CERTIFICATE.search(text)):
+        return chained(WorkbenchError(
+            f"Cassandra at {where} requires a client certificate ({ssl_reason(text)}): {hint}"), None)
+    if presented is not None and _BAD_CERTIFICATE.search(text):
+        return chained(WorkbenchError(
+            f"Cassandra at {where} refused the client certificate {presented} ({ssl_reason(text)}): give one "
+            "signed by a CA in the server's client_encryption_options.truststore"), None)
+    return None
 
 def speaks_tls(host: str, port: int, timeout_s: float) -> bool:
     """Whether host:port completes a TLS handshake (certificate not checked): tells a TLS-only server
@@ -33,6 +86,6 @@ def verify_reason(text: str) -> str:
     return reason or "untrusted certificate"
 
 def ssl_reason(text: str) -> str:
-    found = re.search(r"\[SSL: ([A-Z_]+)\]|(wrong version number|record layer failure|unexpected eof)", text,
-                      re.IGNORECASE)
+    found = re.search(r"\[SSL: ([A-Z0-9_]+)\]|(wrong version number|record layer failure|unexpected eof|"
+                      r"(?:tlsv1[0-9]*|sslv3) alert [a-z ]*[a-z])", text, re.IGNORECASE)
     return (found.group(1) or found.group(2)) if found else text.splitlines()[0][:120]

@@ -22,7 +22,7 @@ import ssl
 import threading
 import uuid
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,11 +33,13 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from workbench.backends import locate
 from workbench.clients import cassandra_error
 from workbench.clients.cassandra import driver_options, multi_node
+from workbench.clients.cloud_bundle import BUNDLE_KEY, CloudBundle, read_bundle
 from workbench.clients.endpoints import cassandra_hosts
+from workbench.clients.tls import stack_client_certificate
 from workbench.concurrency import HasWindow, fixed_depth, in_flight, make_window, pool_size
 from workbench.config import Settings
 from workbench.data import SplitFile
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, first_line
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.retry import RetryConfig, RetryPolicy, is_transient, policy_of
@@ -55,6 +57,9 @@ _TABLE = re.compile(rf"^{_NAME}\.{_NAME}$")
 _COLUMN = re.compile(rf"^{_NAME}$")
 _CQL_LABEL = {"int": "int", "blob": "blob"}
 _END = object()
+# What a secure-connect bundle (cloud_config) decides instead.
+_REPLACED_BY_BUNDLE = ("cassandra_ips", "cassandra_port", "use_ssl", "ssl_certificate", "ssl_own_certificate",
+                       "ssl_own_key", "ssl_own_key_pass")
 
 
 class CassandraConfig(LoaderConfig, RetryConfig):
@@ -81,6 +86,10 @@ class CassandraConfig(LoaderConfig, RetryConfig):
     split_file: Path | None = Field(None, description="a split file (`workbench split`): read exactly the ids of "
                                                       "one of its splits, as source_uuids")
     split_index: int | str = Field(0, description="which split of split_file: its name or its position")
+    cloud_config: dict[str, str] | str | None = Field(
+        None, description="a secure-connect bundle (zip) as the plugin takes it, {'secure_connect_bundle': path}, or "
+                          "its path: the drivers' cloud mode (the bundle's metadata service and SNI proxy, its TLS "
+                          "files) instead of cassandra_ips, cassandra_port, use_ssl and ssl_*")
 
     @field_validator("cassandra_ips")
     @classmethod
@@ -145,6 +154,20 @@ class CassandraConfig(LoaderConfig, RetryConfig):
         if not ids:
             raise ValueError(f"split '{name}' of {self.split_file} has no ids")
         self.source_uuids = [str(i) for i in ids]
+        return self
+
+    @model_validator(mode="after")
+    def _cloud(self) -> CassandraConfig:
+        """A bundle names the cluster and holds the TLS files: the parameters it replaces must stay unset."""
+        if self.cloud_config is None:
+            return self
+        if isinstance(self.cloud_config, dict) and BUNDLE_KEY not in self.cloud_config:
+            raise ValueError(f"cloud_config needs '{BUNDLE_KEY}': {{'{BUNDLE_KEY}': '/path/to/bundle.zip'}}")
+        given = [n for n in _REPLACED_BY_BUNDLE if getattr(self, n) is not None] + (["via_proxy"] if self.via_proxy
+                                                                                    else [])
+        if given:
+            raise ValueError(f"cloud_config replaces {', '.join(given)}: the bundle names the cluster and holds its "
+                             "TLS files (give one or the other)")
         return self
 
     @model_validator(mode="after")
@@ -248,8 +271,35 @@ def endpoints(settings: Settings, config: CassandraConfig) -> tuple[list[str], i
     return list(config.cassandra_ips or hosts), config.cassandra_port or port
 
 
+def login_of(settings: Settings, config: CassandraConfig) -> tuple[str, str] | None:
+    """(username, password): the config's, else the bundle's own (the drivers read it from its config.json),
+    else the settings'; None: no login."""
+    username, password = config.username, config.password
+    if username is None:
+        if config.cloud_config is not None and read_bundle(config.cloud_config).has_login:
+            return None  # the driver logs in with the bundle's
+        username, password = settings.cassandra_username, settings.cassandra_password
+    return (username, password.get_secret_value()) if username and password else None
+
+
+def bundle_of(config: CassandraConfig) -> CloudBundle | None:
+    """The checked secure-connect bundle of cloud_config (one line naming the file when it is unusable)."""
+    return None if config.cloud_config is None else read_bundle(config.cloud_config)
+
+
+def where_of(settings: Settings, config: CassandraConfig) -> str:
+    """The servers for messages: host:port of each contact point, or the bundle's metadata service."""
+    if config.cloud_config is not None:
+        return read_bundle(config.cloud_config).describe()
+    hosts, port = endpoints(settings, config)
+    return ", ".join(f"{h}:{port}" for h in hosts)
+
+
 def tls_of(settings: Settings, config: CassandraConfig) -> tuple[bool, str | None]:
-    """(use_ssl, ssl_certificate) in effect: the config's when it sets use_ssl, else the stack's (settings.tls)."""
+    """(use_ssl, ssl_certificate) in effect: the config's when it sets use_ssl, else the stack's (settings.tls);
+    a bundle (cloud_config): TLS with the bundle's own CA."""
+    if config.cloud_config is not None:
+        return True, None
     if config.use_ssl is not None:
         return config.use_ssl, config.ssl_certificate
     return (True, str(settings.ca_file())) if settings.tls else (False, None)
@@ -275,15 +325,26 @@ def ssl_context(settings: Settings, config: CassandraConfig) -> ssl.SSLContext |
         context.check_hostname = config.use_ssl is None
     else:
         context.verify_mode = ssl.CERT_NONE
-    if config.ssl_own_certificate:
-        password = config.ssl_own_key_pass.get_secret_value() if config.ssl_own_key_pass else None
+    own = own_certificate(settings, config)
+    if own is not None:
+        certificate, key, password = own
         try:
-            context.load_cert_chain(config.ssl_own_certificate, config.ssl_own_key, password=password)
+            context.load_cert_chain(certificate, key, password=password)
         except (OSError, ssl.SSLError) as exc:
-            raise WorkbenchError(
-                f"cannot load client certificate {config.ssl_own_certificate} with key {config.ssl_own_key}: {exc}"
-            ) from exc
+            raise WorkbenchError(f"cannot load client certificate {certificate} with key {key}: {exc}"
+                                 + (" (wrong ssl_own_key_pass?)" if password else "")) from exc
     return context
+
+
+def own_certificate(settings: Settings, config: CassandraConfig) -> tuple[str, str, str | None] | None:
+    """(certificate, key, key password) the loader presents: ssl_own_* when given; with use_ssl left to the
+    stack's TLS, the stack's client certificate when the stack requires one; else None."""
+    if config.ssl_own_certificate and config.ssl_own_key:
+        password = config.ssl_own_key_pass.get_secret_value() if config.ssl_own_key_pass else None
+        return config.ssl_own_certificate, config.ssl_own_key, password
+    if config.use_ssl is None and config.cloud_config is None and (stack := stack_client_certificate(settings)):
+        return str(stack[0]), str(stack[1]), None
+    return None
 
 
 def make_cluster(settings: Settings, config: CassandraConfig, executor_threads: int = 2) -> Cluster:
@@ -293,14 +354,17 @@ def make_cluster(settings: Settings, config: CassandraConfig, executor_threads: 
     from cassandra.policies import ConstantReconnectionPolicy
     from cassandra.query import tuple_factory
 
-    username, password = config.username, config.password
-    if username is None:
-        username, password = settings.cassandra_username, settings.cassandra_password
-    auth = PlainTextAuthProvider(username, password.get_secret_value()) if username and password else None
+    login = login_of(settings, config)
+    auth = PlainTextAuthProvider(*login) if login else None
     hosts, port = endpoints(settings, config)
-    return Cluster(
-        hosts, port=port, auth_provider=auth, ssl_context=ssl_context(settings, config),
-        protocol_version=PROTOCOL_VERSION,
+    bundle = bundle_of(config)
+    if bundle is None:
+        where: dict[str, Any] = {"contact_points": hosts, "port": port, "ssl_context": ssl_context(settings, config)}
+    else:  # the driver asks the bundle's metadata service for the SNI proxy and the nodes (the port is the proxy's)
+        where, port = {"cloud": {BUNDLE_KEY: str(bundle.path), "connect_timeout": settings.timeout_s}}, \
+            settings.cassandra_port
+    return cloud_cluster(bundle, lambda: Cluster(
+        auth_provider=auth, protocol_version=PROTOCOL_VERSION, **where,
         executor_threads=executor_threads,
         # A restarted server (or a reset connection) is found again within a second, not after the
         # default exponential policy's minutes: reads re-tried meanwhile (RetryPolicy) then succeed.
@@ -310,7 +374,21 @@ def make_cluster(settings: Settings, config: CassandraConfig, executor_threads: 
         schema_metadata_enabled=multi_node(settings), token_metadata_enabled=multi_node(settings),
         # Timeouts, consistency, token-aware routing in a ring, discovered nodes through their proxies.
         **driver_options(settings, port, row_factory=tuple_factory),
-    )
+    ))
+
+
+def cloud_cluster(bundle: CloudBundle | None, make: Callable[[], Cluster]) -> Cluster:
+    """make(); in cloud mode the driver reads the bundle's metadata service right there: its failure as one line
+    (an unreachable service keeps the driver's error as cause, so retry policies may retry it)."""
+    from cassandra import DriverException
+
+    if bundle is None:
+        return make()
+    try:
+        return make()
+    except (DriverException, ValueError, OSError, ssl.SSLError) as exc:
+        raise WorkbenchError(f"cannot use secure-connect bundle {bundle.path} (metadata service "
+                             f"{bundle.metadata_url()}): {first_line(exc)}") from exc
 
 
 def connect(cluster: Cluster, settings: Settings, config: CassandraConfig) -> Session:
@@ -318,12 +396,12 @@ def connect(cluster: Cluster, settings: Settings, config: CassandraConfig) -> Se
     from cassandra import AuthenticationFailed
     from cassandra.cluster import NoHostAvailable
 
-    hosts, port = endpoints(settings, config)
-    where = ", ".join(f"{h}:{port}" for h in hosts)
+    where = where_of(settings, config)
     try:
         return cluster.connect()
     except (NoHostAvailable, AuthenticationFailed) as exc:
-        error = cassandra_error(exc, where, tls_of(settings, config)[0], settings.timeout_s)
+        own = own_certificate(settings, config)
+        error = cassandra_error(exc, where, tls_of(settings, config)[0], settings.timeout_s, own[0] if own else None)
         raise error from error.__cause__
 
 
@@ -377,7 +455,28 @@ class _Failure:
         self.exc = exc
 
 
-class CassandraLoader(HasWindow, Loader):
+class FreshConnections:
+    """Pickled without its connection state (`connection_state`, made anew by `_reset`): loaders travel to
+    DataLoader workers, which connect on their own."""
+
+    connection_state: ClassVar[tuple[str, ...]] = ()
+
+    def _reset(self) -> None:
+        raise NotImplementedError
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        for name in ("_lock", *self.connection_state):
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._reset()
+
+
+class CassandraLoader(FreshConnections, HasWindow, Loader):
     """This shard's rows, `concurrency` asynchronous reads in flight, `prefetch_buffers` batches ahead."""
 
     name = "cassandra-py"
@@ -393,6 +492,7 @@ class CassandraLoader(HasWindow, Loader):
     def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1) -> None:
         if not isinstance(config, CassandraConfig):
             config = CassandraConfig(**config.model_dump())
+        bundle_of(config)  # an unusable secure-connect bundle says so before any epoch
         super().__init__(settings, config, worker_id, num_workers)
         self._reset()
         self._window = make_window(self.config.concurrency)  # kept across epochs: a settled "auto" stays
@@ -407,17 +507,7 @@ class CassandraLoader(HasWindow, Loader):
         self._producers: set[tuple[threading.Thread, threading.Event]] = set()
         self._retry_pool: ThreadPoolExecutor | None = None  # blocking re-reads, off the driver's event loop
 
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        for name in ("_lock", "_connect_lock", "_cluster", "_sessions", "_layout", "_ids", "_producers",
-                     "_retry_pool"):
-            state.pop(name, None)
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._reset()
+    connection_state = ("_connect_lock", "_cluster", "_sessions", "_layout", "_ids", "_producers", "_retry_pool")
 
     # ------------------------------------------------------------------------------- connection
 
@@ -467,8 +557,7 @@ class CassandraLoader(HasWindow, Loader):
     # ------------------------------------------------------------------------------------ reads
 
     def _submitter(self, layout: Layout, sessions: Sequence[tuple[Session, PreparedStatement]]):
-        hosts, port = endpoints(self.settings, self.config)
-        where = f"{hosts[0]}:{port}" if len(hosts) == 1 else f"{', '.join(hosts)} (port {port})"
+        where = where_of(self.settings, self.config)
         round_robin = itertools.cycle(sessions)
         with_label = layout.label_col is not None
         policy = policy_of(self.config)

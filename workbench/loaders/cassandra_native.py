@@ -40,12 +40,17 @@ from workbench.loaders.cassandra import (
     ID_FETCH_SIZE,
     PROTOCOL_VERSION,
     CassandraConfig,
+    FreshConnections,
     Layout,
+    bundle_of,
     check_label_type,
     endpoints,
+    login_of,
+    own_certificate,
     resolve_layout,
     ssl_context,
     tls_of,
+    where_of,
 )
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.retry import RetryPolicy, is_transient
@@ -89,8 +94,7 @@ def _policy(config: CassandraConfig) -> RetryPolicy:
 
 
 def _where(settings: Settings, config: CassandraConfig) -> str:
-    hosts, port = endpoints(settings, config)
-    return ", ".join(f"{h}:{port}" for h in hosts)
+    return where_of(settings, config)
 
 
 # ------------------------------------------------------------------------------------ connection
@@ -106,9 +110,10 @@ def _native_tls(settings: Settings, config: CassandraConfig) -> NativeTLS | None
     if not use_ssl:
         return None
     ssl_context(settings, config)  # unreadable or invalid PEM files: the Python loader's messages, naming the file
+    own = own_certificate(settings, config)
     return NativeTLS(certificate, check_identity=bool(certificate) and config.use_ssl is None,
-                     own_certificate=config.ssl_own_certificate, own_key=config.ssl_own_key,
-                     own_key_password=config.ssl_own_key_pass.get_secret_value() if config.ssl_own_key_pass else "")
+                     own_certificate=own[0] if own else None, own_key=own[1] if own else None,
+                     own_key_password=(own[2] or "") if own else "")
 
 
 def _configure_tls(cluster: Any, settings: Settings, config: CassandraConfig) -> None:
@@ -117,13 +122,11 @@ def _configure_tls(cluster: Any, settings: Settings, config: CassandraConfig) ->
 
 async def open_session(settings: Settings, config: CassandraConfig) -> Any:
     """A connected session, every timeout settings.timeout_s; failures as one line (connect_error)."""
-    username, password = config.username, config.password
-    if username is None:
-        username, password = settings.cassandra_username, settings.cassandra_password
-    login = (username, password.get_secret_value()) if username and password else None
+    login = login_of(settings, config)
     hosts, port = endpoints(settings, config)
+    bundle = bundle_of(config)
     return await open_native_session(
-        settings, hosts, port, login, _native_tls(settings, config),
+        settings, hosts, port, login, None if bundle else _native_tls(settings, config), bundle,
         protocol_version=PROTOCOL_VERSION, num_threads_io=config.io_threads,
         # A restarted server is found again within a second; reads re-tried meanwhile (RetryPolicy) then succeed.
         constant_reconnect_delay_ms=500)
@@ -180,7 +183,7 @@ class _Failure:
 # ----------------------------------------------------------------------------------------- loader
 
 
-class CassandraNativeLoader(HasWindow, Loader):
+class CassandraNativeLoader(FreshConnections, HasWindow, Loader):
     """This shard's rows through acsylla, `concurrency` reads in flight, `prefetch_buffers` batches ahead."""
 
     name = "cassandra"
@@ -193,6 +196,7 @@ class CassandraNativeLoader(HasWindow, Loader):
         if not isinstance(config, CassandraConfig):
             config = CassandraConfig(**config.model_dump())
         _acsylla()  # a missing driver says so before any epoch
+        bundle_of(config)  # so does an unusable secure-connect bundle
         super().__init__(settings, config, worker_id, num_workers)
         self._reset()
         self._window = make_window(self.config.concurrency)  # kept across epochs: a settled "auto" stays
@@ -213,17 +217,8 @@ class CassandraNativeLoader(HasWindow, Loader):
         self._producers: set[asyncio.Task] = set()
         self._retry_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        for name in ("_lock", "_connect_lock", "_retry_lock", "_io", "_session", "_statement", "_layout", "_ids",
-                     "_producers", "_retry_pool"):
-            state.pop(name, None)
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._reset()
+    connection_state = ("_connect_lock", "_retry_lock", "_io", "_session", "_statement", "_layout", "_ids",
+                        "_producers", "_retry_pool")
 
     def producing(self) -> int:
         """Epoch producers still running on the loop (0 once every epoch has ended or been left)."""

@@ -23,7 +23,14 @@ from pydantic import Field, model_validator
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line, with_type
 from workbench.loaders.base import Item, LoaderConfig
-from workbench.loaders.cassandra import CassandraConfig, CassandraLoader, endpoints, resolve_layout, tls_of
+from workbench.loaders.cassandra import (
+    CassandraConfig,
+    CassandraLoader,
+    endpoints,
+    own_certificate,
+    resolve_layout,
+    tls_of,
+)
 
 PLUGIN_MODULE = "crs4.cassandra_utils"
 PLUGIN_LIBRARY = "libcrs4cassandra.so"  # installed two levels above crs4/cassandra_utils/
@@ -76,6 +83,13 @@ class CassandraPluginConfig(CassandraConfig):
     dali_threads: int = Field(2, ge=1, le=64, description="DALI pipeline CPU threads")
 
     @model_validator(mode="after")
+    def _no_bundle(self) -> CassandraPluginConfig:
+        if self.cloud_config is not None:
+            raise ValueError("cloud_config is not handed to fn.crs4.cassandra by this loader (untested without the "
+                             "plugin's wheel): use loader 'cassandra' or 'cassandra-py' with the bundle")
+        return self
+
+    @model_validator(mode="after")
     def _in_order(self) -> CassandraPluginConfig:
         if not self.ordered:
             raise ValueError("ordered=False (the plugin's ooo mode) is not supported: its outputs carry no uuid, "
@@ -123,11 +137,11 @@ class CassandraPluginLoader(CassandraLoader):
         arguments.update(username=username or "", password=password.get_secret_value() if password else "")
         if certificate:
             arguments["ssl_certificate"] = certificate
-        for name in ("ssl_own_certificate", "ssl_own_key"):
-            if getattr(c, name):
-                arguments[name] = getattr(c, name)
-        if c.ssl_own_key_pass is not None:
-            arguments["ssl_own_key_pass"] = c.ssl_own_key_pass.get_secret_value()
+        own = own_certificate(self.settings, c)  # the stack's client certificate when it requires one
+        if own is not None:
+            arguments.update(ssl_own_certificate=own[0], ssl_own_key=own[1])
+            if own[2] is not None:
+                arguments["ssl_own_key_pass"] = own[2]
         return arguments
 
     def _pipeline(self, ids: list[str]):

@@ -17,7 +17,9 @@ it yet (a fresh data dir, or one made earlier without authentication) is bootstr
 logs in once with the server's built-in superuser cassandra/cassandra, creates the configured role
 (SUPERUSER, LOGIN) and, from the new role's session, gives the built-in one a random password and
 LOGIN = false, so the well-known login stops working. With settings.tls the native port speaks TLS only
-(client_encryption_options, the stack's PKCS#12 keystore).
+(client_encryption_options, the stack's PKCS#12 keystore); with settings.cassandra_client_auth as well it
+requires client certificates signed by the stack's client CA (require_client_auth, the client truststore of
+`ensure_client_certificates`), and the workbench's own clients present <tls_dir>/client.crt.
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ import secrets
 from pathlib import Path
 
 from workbench.clients import CassandraLoginRefused, cassandra_session
+from workbench.clients.tls import client_auth_required
 from workbench.config import DEFAULT_CREDENTIALS, Settings
 from workbench.errors import WorkbenchError
 from workbench.stack.java import java_command
 from workbench.stack.process import ManagedProcess
 from workbench.stack.provision import maven_fetch
 from workbench.stack.service import Health, Launch, Service
-from workbench.stack.tls import Certificates
+from workbench.stack.tls import Certificates, ensure_client_certificates
 from workbench.stack.topology_check import check_free, check_memory, wait_for_port
 
 CASSANDRA_YAML = """\
@@ -81,7 +84,8 @@ CLIENT_ADDRESS_YAML = """\
 broadcast_rpc_address: {address}
 """
 
-# TLS on the native (client) port only, never optional: a plain client is refused. No client certificates.
+# TLS on the native (client) port only, never optional: a plain client is refused. Client certificates
+# only with settings.cassandra_client_auth (CLIENT_AUTH_YAML follows).
 CLIENT_TLS_YAML = """\
 client_encryption_options:
   enabled: true
@@ -89,8 +93,15 @@ client_encryption_options:
   keystore: {keystore}
   keystore_password: "{password}"
   store_type: PKCS12
-  require_client_auth: false
   accepted_protocols: [TLSv1.2, TLSv1.3]
+"""
+CLIENT_AUTH_YAML = """\
+  require_client_auth: {required}
+"""
+# require_client_auth checks a client's certificate against this truststore (the stack's client CA).
+CLIENT_TRUSTSTORE_YAML = """\
+  truststore: {truststore}
+  truststore_password: "{password}"
 """
 
 LOGBACK_XML = """\
@@ -247,6 +258,11 @@ class Cassandra(Service):
         if s.tls:
             certs = Certificates(s.certificates_dir())
             text += CLIENT_TLS_YAML.format(keystore=certs.keystore, password=certs.keystore_password())
+            required = client_auth_required(s)
+            text += CLIENT_AUTH_YAML.format(required="true" if required else "false")
+            if required:
+                client = ensure_client_certificates(s)
+                text += CLIENT_TRUSTSTORE_YAML.format(truststore=client.truststore, password=certs.keystore_password())
         return text
 
     @property

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from workbench.clients.tls import CLIENT_CERT_FILE, CLIENT_KEY_FILE
 from workbench.config import Settings
 
 VALID_DAYS = 365
@@ -148,3 +149,85 @@ def _write(path: Path, data: bytes, private: bool = False) -> None:
     path.touch(mode=0o600 if private else 0o644, exist_ok=True)
     path.chmod(0o600 if private else 0o644)
     path.write_bytes(data)
+
+
+# ------------------------------------------------- client certificates (issue 16.2; kept apart from the above)
+
+
+@dataclass(frozen=True)
+class ClientCertificates:
+    """Paths of the client-certificate material (see `ensure_client_certificates`)."""
+
+    root: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        """The CA that signs client certificates (servers that require them trust it)."""
+        return self.root / "client-ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.root / "client-ca.key"
+
+    @property
+    def cert(self) -> Path:
+        return self.root / CLIENT_CERT_FILE
+
+    @property
+    def key(self) -> Path:
+        return self.root / CLIENT_KEY_FILE
+
+    @property
+    def truststore(self) -> Path:
+        """PKCS#12 holding only the client CA, under the stack's keystore password (Cassandra's truststore)."""
+        return self.root / "client-truststore.p12"
+
+
+def ensure_client_certificates(settings: Settings) -> ClientCertificates:
+    """A client CA, a client certificate it signs (the workbench's own clients present it) and a truststore
+    with that CA for servers that require client certificates (Cassandra's require_client_auth).
+
+    Why a CA of its own: the stack CA's key is not kept once it signed the server certificate. The CA and
+    the certificate are made once; the truststore is rewritten every time, under the current keystore
+    password (`ensure_certificates` makes a new one when it renews the server certificate). Needs
+    `ensure_certificates` first.
+    """
+    certs = Certificates(settings.certificates_dir())
+    client = ClientCertificates(certs.root)
+    if not all(p.is_file() for p in (client.ca_cert, client.ca_key, client.cert, client.key)) or _expiring(client.cert):
+        ca_key = _new_key()
+        ca = _certificate(_name("workbench client CA"), ca_key, _name("workbench client CA"), ca_key, is_ca=True)
+        key = _new_key()
+        cert = _certificate(_name("workbench client"), key, ca.subject, ca_key, is_ca=False)
+        _write(client.ca_key, _pem_key(ca_key), private=True)
+        _write(client.ca_cert, ca.public_bytes(serialization.Encoding.PEM))
+        _write(client.key, _pem_key(key), private=True)
+        _write(client.cert, cert.public_bytes(serialization.Encoding.PEM))
+    ca = x509.load_pem_x509_certificate(client.ca_cert.read_bytes())
+    encryption = serialization.BestAvailableEncryption(certs.keystore_password().encode())
+    _write(client.truststore, pkcs12.serialize_java_truststore(
+        [pkcs12.PKCS12Certificate(ca, b"workbench-client-ca")], encryption))
+    return client
+
+
+def sign_client_certificate(client: ClientCertificates, common_name: str, cert_path: Path, key_path: Path,
+                            key_password: str | None = None) -> None:
+    """Another client certificate signed by the client CA (PEM files; the key encrypted with `key_password`)."""
+    ca_key = serialization.load_pem_private_key(client.ca_key.read_bytes(), None)
+    assert isinstance(ca_key, rsa.RSAPrivateKey)
+    ca = x509.load_pem_x509_certificate(client.ca_cert.read_bytes())
+    key = _new_key()
+    cert = _certificate(_name(common_name), key, ca.subject, ca_key, is_ca=False)
+    _write(cert_path, cert.public_bytes(serialization.Encoding.PEM))
+    _write(key_path, _pem_key(key, key_password), private=True)
+
+
+def _pem_key(key: rsa.RSAPrivateKey, password: str | None = None) -> bytes:
+    encryption: serialization.KeySerializationEncryption = (
+        serialization.BestAvailableEncryption(password.encode()) if password else serialization.NoEncryption())
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
+
+
+def _expiring(cert_file: Path) -> bool:
+    cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    return cert.not_valid_after_utc < dt.datetime.now(dt.UTC) + dt.timedelta(days=1)

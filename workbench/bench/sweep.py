@@ -29,11 +29,12 @@ from workbench.bench.metrics import (
     startup,
     utilisation_columns,
 )
+from workbench.bench.point_network import check_network, set_network
 from workbench.bench.points import SweepPoint
 from workbench.bench.probes import ResourceProbe
 from workbench.bench.sweep_ceilings import CEILING_PREFIX, backend_of, ceiling_depth, ceiling_points, measure_ceiling
 from workbench.bench.sweep_config import MAX_ACCELERATORS, SweepConfig
-from workbench.config import PROXIED, Settings
+from workbench.config import Settings
 from workbench.data import SyntheticSource
 from workbench.environment import describe_environment
 from workbench.errors import with_type
@@ -170,22 +171,6 @@ def run_point(settings: Settings, cfg: SweepConfig, point: SweepPoint, repetitio
     }
 
 
-def set_network(settings: Settings, toxiproxy: Toxiproxy, point: SweepPoint, jitter_ms: float) -> None:
-    """The point's network on every proxy of every path (one per node of a clustered service)."""
-    for path in PROXIED:
-        for proxy in settings.proxy_names(path):
-            toxiproxy.set_network(proxy, rtt_ms=point.rtt_ms, jitter_ms=jitter_ms,
-                                  bandwidth_kbps=point.bandwidth_mbps * 1000)
-
-
-def check_network(settings: Settings, toxiproxy: Toxiproxy, backend: str, point: SweepPoint,
-                  jitter_ms: float) -> None:
-    """Raise if any proxy of the backend's path lost the point's network during the measurement."""
-    if (path := backend_class(backend).proxy) is not None:
-        for proxy in settings.proxy_names(path):
-            toxiproxy.check_network(proxy, point.rtt_ms, jitter_ms, point.bandwidth_mbps * 1000)
-
-
 def run_sweep(
     settings: Settings, cfg: SweepConfig, results_root: Path = RUNS, progress: bool = True
 ) -> Path:
@@ -204,7 +189,8 @@ def run_sweep(
     write_atomically(folder / "environment.json",
                      lambda tmp: tmp.write_text(json.dumps(environment, indent=2, default=str)))
     _write_progress(folder, 0, len(runs))
-    common = {"jitter_ms": cfg.network.jitter_ms, "data_count": cfg.data.count, "data_mean_kb": cfg.data.mean_kb,
+    common = {"jitter_ms": cfg.network.jitter_ms, "bandwidth_scope": cfg.network.bandwidth_scope,
+              "data_count": cfg.data.count, "data_mean_kb": cfg.data.mean_kb,
               "epochs": cfg.epochs, "compute_distribution": cfg.compute.distribution,
               **{f"topology_{name}": value for name, value in settings.topology().items()}}
     toxiproxy = Toxiproxy(settings)
@@ -216,12 +202,13 @@ def run_sweep(
             row = {"sweep": cfg.name, "point_id": point_id, "repetition": rep, "backend": backend, **point.as_row(),
                    "dataset": dataset_name(cfg, point), **common, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
             try:
-                set_network(settings, toxiproxy, point, cfg.network.jitter_ms)
+                set_network(settings, toxiproxy, point, cfg.network.jitter_ms, cfg.network.bandwidth_scope)
                 if point.loader.startswith(CEILING_PREFIX):
                     measured = measure_ceiling(settings, point, row["dataset"], ceiling_depth(point, rows))
                 else:
                     measured = run_point(settings, cfg, point, rep)
-                check_network(settings, toxiproxy, backend, point, cfg.network.jitter_ms)
+                check_network(settings, toxiproxy, backend, point, cfg.network.jitter_ms,
+                              cfg.network.bandwidth_scope)
                 row.update(measured, status="ok", error="")
             except Exception as exc:  # a failing point is recorded and the sweep goes on
                 row.update(status="error", error=with_type(exc) if str(exc) else traceback.format_exc(limit=1))

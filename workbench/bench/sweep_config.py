@@ -34,6 +34,9 @@ class NetworkGrid(Strict):
     rtt_ms: NonNegatives = Field([0, 1, 10, 50, 100], description="round-trip times added by toxiproxy")
     bandwidth_mbps: NonNegatives = Field([0], description="0 = unlimited; e.g. 1000, 100")
     jitter_ms: float = Field(0, ge=0)
+    bandwidth_scope: Literal["connection", "link"] = Field(
+        "connection", description="connection: toxiproxy caps each connection; link: each node's own link, shared "
+        "by all its connections (needs the stack's nodes in network namespaces: node_network=netns)")
 
 
 class LayoutGrid(Strict):

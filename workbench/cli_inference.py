@@ -1,4 +1,5 @@
-"""`workbench inference sweep`: the command line of the inference sweep (`workbench.bench.inference`)."""
+"""`workbench inference sweep|perf|perf-install`: the inference sweep (`workbench.bench.inference`) and Triton's
+perf_analyzer swept over the same points (`workbench.bench.perf_analyzer`)."""
 
 from __future__ import annotations
 
@@ -80,10 +81,76 @@ def inference_command(
     return rows
 
 
+def perf_command(
+    dataset: Annotated[str, typer.Option("--dataset", "-d", help="dataset name as ingested (its samples are the "
+                                         "requests' data)")],
+    model: ModelOpt = "ensemble",
+    loader: Annotated[str, typer.Option("--loader", "-l", help="registered loader that reads the samples (or, "
+                                        "for cass_to_inference, their UUIDs)")] = "cassandra",
+    protocol: Annotated[str, typer.Option("--protocol", "-p", help="http|grpc")] = "grpc",
+    concurrency: Annotated[ListOpt, typer.Option("--concurrency", "-c",
+                                                 help="requests in flight (repeatable or 1,4,8)")] = None,
+    batch_size: Annotated[ListOpt, typer.Option("--batch-size", "-b",
+                                                help="samples per request (repeatable or 1,8)")] = None,
+    split: Annotated[str, typer.Option(help="split to read")] = "train",
+    samples: Annotated[int, typer.Option(min=1, help="samples in perf_analyzer's input data (sent round-robin)")] = 64,
+    mode: Annotated[str, typer.Option(help="count_windows | time_windows")] = "count_windows",
+    request_count: Annotated[int, typer.Option(min=1, help="count_windows: requests per measurement window")] = 50,
+    interval_ms: Annotated[int, typer.Option(min=1, help="time_windows: window length (ms)")] = 5000,
+    stability: Annotated[float, typer.Option(help="stable when windows differ by less than this (%)")] = 10.0,
+    max_trials: Annotated[int, typer.Option(min=1, help="windows tried per point before giving up")] = 10,
+    table: Annotated[str | None, typer.Option(help="cass_to_inference: keyspace.table (default: catalog)")] = None,
+    option: Annotated[ListOpt, typer.Option("--option", "-o", help="loader setting KEY=VALUE (repeatable)")] = None,
+    via_proxy: Annotated[bool, typer.Option(help="talk to Triton through toxiproxy")] = False,
+    timeout_s: Annotated[float, typer.Option(min=1, help="limit of one perf_analyzer run (s)")] = 300.0,
+    results_dir: Annotated[Path, typer.Option(help="CSV + JSON + PNG go here")] = DEFAULT_RESULTS,
+    name: Annotated[str | None, typer.Option(help="results file name (default: perf_analyzer-model-protocol)")] = None,
+) -> list[dict]:
+    """Triton's perf_analyzer at every concurrency x batch size, fed the dataset's samples: throughput, latency
+    p50/p90/p99 and the client/server breakdown."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from workbench.bench.perf_analyzer import Measurement, sweep_perf_analyzer
+
+    console = Console()
+    view = Table("concurrency", "batch", "inferences/s", "p50 ms", "p90 ms", "p99 ms", "server queue ms",
+                 "server compute ms", title=f"perf_analyzer: {model} over {protocol} ({dataset}/{split})")
+
+    def show(row: dict) -> None:
+        compute = sum(row.get(f"server_compute_{p}_ms", 0.0) for p in ("input", "infer", "output"))
+        view.add_row(str(row["concurrency"]), str(row["batch_size"]), f"{row['inferences_per_s']:.1f}",
+                     f"{row['latency_ms_p50']:.1f}", f"{row['latency_ms_p90']:.1f}", f"{row['latency_ms_p99']:.1f}",
+                     f"{row.get('server_queue_ms', float('nan')):.1f}", f"{compute:.1f}")
+        console.print(f"c={row['concurrency']} b={row['batch_size']}: {row['inferences_per_s']:.1f} inferences/s, "
+                      f"p50 {row['latency_ms_p50']:.1f} ms", highlight=False)
+
+    rows = sweep_perf_analyzer(
+        get_settings(), model, loader, dataset, _ints(concurrency, [1, 2, 4]), _ints(batch_size, [1, 8]), protocol,
+        split=split, samples=samples, loader_options=key_values(option, "loader option", "-o concurrency=32"),
+        measurement=Measurement(mode, request_count, interval_ms, stability, max_trials), table=table,
+        via_proxy=via_proxy, timeout_s=timeout_s, results_dir=results_dir, name=name, progress=show,
+    )
+    console.print(view)
+    console.print(f"results and plot: {results_dir}")
+    return rows
+
+
+def perf_install_command() -> None:
+    """Unpack a perf_analyzer that runs here into the venv (tritonclient 2.51's, with its two libraries)."""
+    from workbench.bench.perf_analyzer import TOOL_DIR, install_perf_analyzer
+
+    binary = install_perf_analyzer()
+    typer.echo(f"perf_analyzer {binary.version}: {binary.path} (libraries in {TOOL_DIR / 'lib'})")
+
+
 inference_app = typer.Typer(no_args_is_help=True, help="Triton inference fed from remote storage.")
 inference_app.command("sweep")(inference_command)
+inference_app.command("perf")(perf_command)
+inference_app.command("perf-install")(perf_install_command)
 
 
 @inference_app.callback()
 def _inference_group() -> None:
-    """Triton inference fed from remote storage: `sweep` measures inferences/s and latency."""
+    """Triton inference fed from remote storage: `sweep` measures inferences/s and latency with our client,
+    `perf` with Triton's perf_analyzer (`perf-install` fetches one that runs here)."""

@@ -4,6 +4,8 @@ read every sample exactly once.
 Aggregate rate = all samples / the slowest rank's wall time (the epoch ends when the last rank does, as a
 synchronous data-parallel step waits for its slowest rank). Accelerator utilisation (MLPerf Storage's AU)
 is emulated compute / wall time per rank, the first step excluded (connection set-up and warm-up).
+Start-up, as sweeps record it: the time until the last rank had its first batch, apart from the steady rate
+after each rank's first batch (the samples after it over the longest time after it).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class RankResult:
     wall_s: float = 0.0
     steps: int = 0
     first_step_s: float = float("nan")  # from the start to the end of the first step (its compute included)
+    first_batch_s: float = float("nan")  # from the start to the first batch in hand (connections, listing)
+    first_batch_samples: int = 0
     compute_s: float = 0.0  # emulated compute of every step but the first
     ids: list[str] = field(default_factory=list, repr=False)
 
@@ -121,7 +125,25 @@ def summarise_ranks(ranks: Sequence[RankResult]) -> dict:
         "rank_accelerator_utilisation": [round(u, 4) if math.isfinite(u) else None for u in utilisations],
         "accelerator_utilisation": sum(finite) / len(finite) if finite else float("nan"),
         "min_accelerator_utilisation": min(finite) if finite else float("nan"),
+        **ranks_startup(ordered, wall),
     }
+
+
+def ranks_startup(ranks: Sequence[RankResult], wall: float) -> dict:
+    """time_to_first_batch_s (the last rank's first batch), steady_samples_per_s (samples after each rank's
+    first batch over the longest reading time after it) and startup_fraction (the former over the run's wall
+    time); NaN when no rank got a first batch."""
+    started = [r for r in ranks if math.isfinite(r.first_batch_s)]
+    if not started or wall <= 0:
+        return {"time_to_first_batch_s": float("nan"), "steady_samples_per_s": float("nan"),
+                "startup_fraction": float("nan")}
+    first = max(r.first_batch_s for r in started)
+    steady_time = max(r.wall_s - r.first_batch_s for r in started)
+    steady_samples = sum(r.samples - r.first_batch_samples for r in started)
+    return {"time_to_first_batch_s": first,
+            "steady_samples_per_s": steady_samples / steady_time if steady_time > 0 and steady_samples > 0
+            else float("nan"),
+            "startup_fraction": first / wall}
 
 
 def _nan_last(value: float) -> float:

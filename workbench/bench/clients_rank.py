@@ -138,6 +138,9 @@ def read_shard(loader: str, config: dict, compute_ms: float, max_seconds: float,
     deadline = start + max_seconds
 
     def step() -> None:
+        if not result.steps:  # the first batch is in hand: start-up ends here, before its compute
+            result.first_batch_s = time.perf_counter() - start
+            result.first_batch_samples = result.samples
         spent = compute.draw()
         if spent:
             time.sleep(spent)

@@ -9,7 +9,9 @@ step that copies a complete run and its report to results/studies/<name>/, the c
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -19,7 +21,7 @@ from pathlib import Path
 from workbench import catalog
 from workbench.backends import backend_class
 from workbench.bench.loaders import overrides
-from workbench.bench.points import SweepPoint
+from workbench.bench.points import AXIS_TOPOLOGY, SweepPoint
 from workbench.bench.sweep import dataset_name
 from workbench.bench.sweep_ceilings import CEILING_PREFIX, backend_of, ceiling_points
 from workbench.bench.sweep_config import SweepConfig, load_sweep_config
@@ -51,6 +53,8 @@ class Planning:
     worker_start_s: float = 4.0  # DataLoader worker processes, per epoch (2-6 s measured under load)
     ceiling_start_s: float = 1.5  # a ceiling program's start and connect (a JVM for Ignite)
     ingest_samples_per_s: float = 60.0  # generating and writing the dataset, per layout (31/s at load 13)
+    ranks_start_s: float = 6.0  # a launcher (torchrun) and its gloo rendezvous, per run of reader ranks
+    rank_start_s: float = 2.5  # each rank's interpreter, torch import and loader, on the 2 shared cores
 
 
 PLANNING = Planning()
@@ -82,12 +86,26 @@ def epoch_seconds(cfg: SweepConfig, point: SweepPoint, plan: Planning = PLANNING
     return start + min(cfg.max_seconds_per_epoch, cfg.data.count / _rate(cfg, point, plan.samples_per_s, plan))
 
 
+def ranks_seconds(cfg: SweepConfig, point: SweepPoint, plan: Planning = PLANNING) -> float:
+    """One run of `point.clients` reader ranks: the launcher and every rank starting, then the whole dataset
+    (ranks read whole shards, no max_seconds_per_epoch) at no more than one loader's rate: the ranks share
+    the machine's cores, and each rank's compute time binds alone (one accelerator per rank)."""
+    clients = int(point.clients or 1)
+    start = plan.ranks_start_s + clients * plan.rank_start_s + plan.round_trips_to_start * point.rtt_ms / 1000
+    rate = min(_rate(cfg, dataclasses.replace(point, compute_ms=0), plan.samples_per_s, plan),
+               _rate(cfg, dataclasses.replace(point, accelerators=clients), math.inf, plan))
+    return start + cfg.data.count / rate
+
+
 def run_seconds(cfg: SweepConfig, point: SweepPoint, plan: Planning = PLANNING) -> float:
-    """One repetition of a point: warm-up and epochs for a loader, one whole read of the dataset for a ceiling."""
+    """One repetition of a point: warm-up and epochs for a loader (or one run of its reader ranks), one whole
+    read of the dataset for a ceiling."""
     if point.loader.startswith(CEILING_PREFIX):
         return plan.ceiling_start_s + cfg.data.count / _rate(cfg, point, plan.ceiling_samples_per_s, plan)
     warmup = plan.epoch_overhead_s + cfg.warmup_batches * (point.batch_size or 1) / _rate(
         cfg, point, plan.samples_per_s, plan) if cfg.warmup_batches else 0.0
+    if point.clients is not None:
+        return warmup + ranks_seconds(cfg, point, plan)
     return warmup + cfg.epochs * epoch_seconds(cfg, point, plan)
 
 
@@ -103,10 +121,13 @@ def prepare_seconds(cfg: SweepConfig, points: list[SweepPoint], plan: Planning =
 
 
 def measure_seconds(cfg: SweepConfig, plan: Planning = PLANNING) -> float:
-    """Every run of the sweep: its points' repetitions, then its ceilings'."""
+    """Every run of the sweep: its points' repetitions, then its ceilings'; with reader ranks, one scan of
+    each dataset for the ids the exactly-once check expects."""
     points = cfg.points()
     every = points + (ceiling_points(points) if cfg.ceilings else [])
-    return cfg.repetitions * sum(run_seconds(cfg, p, plan) for p in every)
+    scans = {(loader_class(p.loader).backend, dataset_name(cfg, p)) for p in points if p.clients is not None}
+    return (cfg.repetitions * sum(run_seconds(cfg, p, plan) for p in every)
+            + len(scans) * cfg.data.count / plan.samples_per_s)
 
 
 def estimate_seconds(cfg: SweepConfig, plan: Planning = PLANNING,
@@ -237,8 +258,10 @@ def _config(folder: Path) -> dict:
 
 
 def provenance(frame) -> dict[str, list[str]]:
-    """The code version and topology a run's rows record: {"git_commit": [...], "topology_<field>": [...]}."""
-    columns = ["git_commit", *sorted(c for c in frame.columns if c.startswith(TOPOLOGY_PREFIX))]
+    """The code version and topology a run's rows record: {"git_commit": [...], "topology_<field>": [...]}.
+    Topology a sweep axis sets per point (client ranks, from `clients`) is the sweep's grid, not provenance."""
+    columns = ["git_commit", *sorted(c for c in frame.columns if c.startswith(TOPOLOGY_PREFIX)
+                                     and c.removeprefix(TOPOLOGY_PREFIX) not in AXIS_TOPOLOGY)]
     return {c: sorted({str(v) for v in frame[c].dropna()}) if c in frame.columns else ["(not recorded)"]
             for c in columns}
 

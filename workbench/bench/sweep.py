@@ -3,7 +3,9 @@
 Each epoch's batches go to the point's N emulated accelerators at once (`workbench.bench.accelerators`);
 rows record time to first batch apart from the steady rate after it, the AU of every accelerator, and the
 topology (`topology_*`) and git commit the run measured. With `ceilings: true` the backends' ceilings follow
-at every network point, through the same proxies (`workbench.bench.sweep_ceilings`).
+at every network point, through the same proxies (`workbench.bench.sweep_ceilings`). A point of the `clients`
+axis is read by R reader ranks instead (`workbench.bench.clients_sweep`): aggregate and slowest rank's rates,
+every rank's AU and the exactly-once check, whose failure makes the row's status "error".
 A point that fails records its error in its row and the sweep goes on; nothing partial is written
 as complete (results files are replaced atomically at the end of every point).
 """
@@ -21,6 +23,7 @@ from tqdm import tqdm
 
 from workbench.backends import backend_class, make_backend
 from workbench.bench.accelerators import run_accelerators
+from workbench.bench.clients_sweep import Expected, clients_point
 from workbench.bench.metrics import (
     ComputeModel,
     EpochTrace,
@@ -30,7 +33,7 @@ from workbench.bench.metrics import (
     utilisation_columns,
 )
 from workbench.bench.point_network import check_network, set_network
-from workbench.bench.points import SweepPoint
+from workbench.bench.points import AXES, SweepPoint
 from workbench.bench.probes import ResourceProbe
 from workbench.bench.sweep_ceilings import CEILING_PREFIX, backend_of, ceiling_depth, ceiling_points, measure_ceiling
 from workbench.bench.sweep_config import MAX_ACCELERATORS, SweepConfig
@@ -117,7 +120,10 @@ def run_epoch(point: SweepPoint, settings: Settings, config: dict, computes: lis
         batches.close()  # an epoch cut short still closes its loader (and records its window) now
 
 
-def run_point(settings: Settings, cfg: SweepConfig, point: SweepPoint, repetition: int) -> dict[str, Any]:
+def run_point(settings: Settings, cfg: SweepConfig, point: SweepPoint, repetition: int,
+              expected: Expected | None = None) -> dict[str, Any]:
+    """One repetition of a loader point; with `point.clients`, read by that many ranks (`expected`: the ids
+    they must read, cached per dataset over the sweep)."""
     cls = loader_class(point.loader)
     config = {
         "dataset": dataset_name(cfg, point),
@@ -131,6 +137,8 @@ def run_point(settings: Settings, cfg: SweepConfig, point: SweepPoint, repetitio
                              seed=repetition * MAX_ACCELERATORS + i) for i in range(point.accelerators)]
     if cfg.warmup_batches:  # warms the servers' caches and JITs; thrown away, never measured
         run_epoch(point, settings, config, [ComputeModel(0)], cfg.max_seconds_per_epoch, cfg.warmup_batches)
+    if point.clients is not None:
+        return clients_point(settings, cfg, point, config, {} if expected is None else expected)
     traces = []
     windows: list[list[int]] = []  # per epoch, the window's history (in-process loaders only)
     with ResourceProbe() as probe:
@@ -193,6 +201,9 @@ def run_sweep(
               "data_count": cfg.data.count, "data_mean_kb": cfg.data.mean_kb,
               "epochs": cfg.epochs, "compute_distribution": cfg.compute.distribution,
               **{f"topology_{name}": value for name, value in settings.topology().items()}}
+    if cfg.clients.ranks is not None:
+        common["topology_launcher"] = cfg.clients.launcher or settings.launcher
+    expected: Expected = {}  # the ids each dataset's ranks must read, asked of its backend once
     toxiproxy = Toxiproxy(settings)
     toxiproxy.ensure_proxies()
     rows: list[dict] = []
@@ -200,16 +211,17 @@ def run_sweep(
         for point_id, point, rep in tqdm(runs, desc=f"sweep {cfg.name}", unit="run", disable=not progress):
             backend = backend_of(point)
             row = {"sweep": cfg.name, "point_id": point_id, "repetition": rep, "backend": backend, **point.as_row(),
-                   "dataset": dataset_name(cfg, point), **common, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+                   "dataset": dataset_name(cfg, point), **common, **point_topology(point),
+                   "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
             try:
                 set_network(settings, toxiproxy, point, cfg.network.jitter_ms, cfg.network.bandwidth_scope)
                 if point.loader.startswith(CEILING_PREFIX):
                     measured = measure_ceiling(settings, point, row["dataset"], ceiling_depth(point, rows))
                 else:
-                    measured = run_point(settings, cfg, point, rep)
+                    measured = run_point(settings, cfg, point, rep, expected)
                 check_network(settings, toxiproxy, backend, point, cfg.network.jitter_ms,
                               cfg.network.bandwidth_scope)
-                row.update(measured, status="ok", error="")
+                row.update({"status": "ok", "error": "", **measured})  # ranks that failed their check say "error"
             except Exception as exc:  # a failing point is recorded and the sweep goes on
                 row.update(status="error", error=with_type(exc) if str(exc) else traceback.format_exc(limit=1))
             rows.append(row)
@@ -218,6 +230,12 @@ def run_sweep(
     finally:
         toxiproxy.reset()
     return folder
+
+
+def point_topology(point: SweepPoint) -> dict[str, Any]:
+    """The topology columns a point's axes set (e.g. topology_client_ranks from `clients`), where set."""
+    return {f"topology_{a.topology}": point[name] for name, a in AXES.items()
+            if a.topology is not None and point[name] is not None}
 
 
 def _write(folder: Path, rows: list[dict], environment: dict, pd) -> None:

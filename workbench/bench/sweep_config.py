@@ -1,4 +1,5 @@
-"""The sweep config: a YAML grid over loader x network x layout x loader settings x emulated compute.
+"""The sweep config: a YAML grid over loader x network x layout x loader settings x emulated compute x
+client ranks.
 
 Every field is validated before anything runs; unknown names are rejected with the valid ones listed.
 """
@@ -18,6 +19,7 @@ from workbench.errors import WorkbenchError
 from workbench.loaders import LOADERS, loader_class
 
 MAX_ACCELERATORS = 64  # emulated accelerators are threads that sleep: more would measure the GIL, not the loader
+MAX_RANKS = 64  # reader ranks of one point on one host: each is a process with its own loader
 NonNegatives = Annotated[list[NonNegativeFloat], Field(min_length=1)]  # a grid axis: at least one value, all >= 0
 
 class Strict(BaseModel):
@@ -71,6 +73,19 @@ class ComputeGrid(Strict):
         return self
 
 
+class ClientsGrid(Strict):
+    """Reader ranks per point (`workbench bench clients`): each rank a process started by the launcher,
+    reading its shard for one epoch; the row gets the aggregate and slowest rank's rates, every rank's AU
+    and the exactly-once check. Unset (the default): the sweep reads in its own process, as before."""
+
+    ranks: list[Annotated[int, Field(ge=1, le=MAX_RANKS)]] | None = Field(
+        None, min_length=1, description="reader ranks, e.g. [1, 2, 4]; unset: no ranks (in-process reading)")
+    launcher: Literal["torchrun", "mpirun"] | None = Field(None, description="default: WORKBENCH_LAUNCHER")
+    start_timeout_s: float = Field(120.0, gt=0, description="longest the ranks may take to start")
+    max_seconds: float = Field(600.0, gt=0, description="longest a rank may read its shard (past it: an error, "
+                                                        "since the exactly-once check needs whole shards)")
+
+
 class SweepConfig(Strict):
     name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]+$")
     question: str = Field("", description="the one question this sweep answers (shown by its report and the index)")
@@ -80,6 +95,7 @@ class SweepConfig(Strict):
     layout: LayoutGrid = LayoutGrid()
     loader: LoaderGrid = LoaderGrid()
     compute: ComputeGrid = ComputeGrid()
+    clients: ClientsGrid = ClientsGrid()
     epochs: int = Field(2, ge=1, description="per repetition: the first is reported apart from the later ones")
     repetitions: int = Field(3, ge=1)
     warmup_batches: int = Field(2, ge=0, description="excluded from every measurement")
@@ -95,6 +111,32 @@ class SweepConfig(Strict):
             raise ValueError(f"unknown loader(s) {', '.join(unknown)}; valid: {', '.join(sorted(LOADERS))}")
         return names
 
+    @model_validator(mode="before")
+    @classmethod
+    def _clients_shorthand(cls, raw: object) -> object:
+        """`clients: [1, 2]` is `clients: {ranks: [1, 2]}`."""
+        if isinstance(raw, dict) and isinstance(raw.get("clients"), list):
+            return {**raw, "clients": {"ranks": raw["clients"]}}
+        return raw
+
+    @model_validator(mode="after")
+    def _ranks_read_plainly(self) -> SweepConfig:
+        """Ranks read one epoch each (epochs defaults to 1 with ranks), through the loader itself, one emulated
+        accelerator per rank (DLIO's model)."""
+        if self.clients.ranks is None:
+            return self
+        if "epochs" not in self.model_fields_set:
+            self.epochs = 1
+        clashes = [f"{name} {values}" for name, values, plain in (
+            ("loader.workers", self.loader.workers, [0]), ("loader.decode", self.loader.decode, [False]),
+            ("compute.accelerators", self.compute.accelerators, [1]), ("epochs", self.epochs, 1),
+            ("compute.distribution", self.compute.distribution, "fixed")) if values != plain]
+        if clashes:
+            raise ValueError(f"clients.ranks {self.clients.ranks}: each rank reads one epoch of its shard through "
+                             "the loader as one emulated accelerator, so use workers [0], decode [false], "
+                             f"accelerators [1], a fixed compute time and epochs 1 (not {', '.join(clashes)})")
+        return self
+
     @model_validator(mode="after")
     def _data_fills_a_batch(self) -> SweepConfig:
         if self.data.count < max(self.loader.batch_size):
@@ -108,10 +150,15 @@ class SweepConfig(Strict):
         points = []
         for name in self.loaders:
             sharded = backend_class(loader_class(name).backend).sharded
-            values = [[None] if a.sharded_only and not sharded else getattr(getattr(self, a.section), a.option)
+            values = [[None] if a.sharded_only and not sharded else _listed(getattr(getattr(self, a.section), a.option))
                       for a in AXES.values()]
             points.extend(SweepPoint(name, *combination) for combination in itertools.product(*values))
         return points
+
+
+def _listed(values: list | None) -> list:
+    """An axis's values; an unset axis (None) is the one value None."""
+    return [None] if values is None else values
 
 
 def load_sweep_config(source: Path | str | dict) -> SweepConfig:

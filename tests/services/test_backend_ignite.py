@@ -8,6 +8,7 @@ from collections import OrderedDict
 import pytest
 from backend_checks import DiesAfter as FailingAfter
 from backend_checks import SourceDied as Interrupted
+from pyignite.datatypes.prop_codes import PROP_NAME
 
 from workbench.backends.ignite import value_class
 from workbench.backends.registry import make_backend
@@ -205,12 +206,19 @@ def test_object_without_data_field_names_the_key(stack, unique, cleanup):
         list(b.scan())
 
 
-def test_partitions_other_than_server_default_are_refused(stack, unique, cleanup):
+def test_partition_counts_without_a_template_and_existing_caches_of_another_count_are_refused(stack, unique,
+                                                                                                 cleanup):
+    with pytest.raises(WorkbenchError, match=r"cache templates \(1, 2, 4, .*32768\), not 1000: pick one"):
+        backend(stack, cleanup, unique, partitions=1000)
     b = backend(stack, cleanup, unique, partitions=256)
-    with pytest.raises(WorkbenchError, match=r"would have 1024 partitions, not 256: a thin client cannot set"):
+    assert b.cache_name == f"WB_P256_B0_{unique.upper()}"
+    with ignite_client(stack) as client:  # made with an explicit configuration: the server default, 1024
+        client.get_or_create_cache({PROP_NAME: b.cache_name})
+    with pytest.raises(WorkbenchError, match=r"existing Ignite cache WB_P256_B0_.* has 1024 partitions, not 256"):
         b.prepare(["train"])
     with ignite_client(stack) as client:
-        assert b.cache_name not in client.get_cache_names()  # nothing half-made left behind
+        assert b.cache_name in client.get_cache_names()  # someone else's cache: left as it was
+        client.get_cache(b.cache_name).destroy()
 
 
 def test_label_type_mismatch_names_the_sample(stack, unique, cleanup):

@@ -10,10 +10,15 @@
   data BINARY)`` filled with parameterised multi-row ``MERGE INTO`` (idempotent); the table is queryable
   with SQL and is also a cache (``SQL_PUBLIC_<TABLE>``, as in the article, unless --cache-name is given).
 
-Partitions: Ignite's thin-client protocol carries no affinity function in a cache configuration (neither
-does SQL's ``CREATE TABLE ... WITH``), so a new cache gets the server's default ``RendezvousAffinityFunction``
-with 1024 partitions. `prepare` reads the real count from ``SYS.CACHES`` and refuses a mismatch with a
-clear error; a cache pre-created server-side with another count is accepted when it matches.
+Partitions (``--option partitions=N``, the Ignite article's partition study): Ignite's thin-client protocol
+carries no affinity function in a cache configuration (neither does SQL's ``CREATE TABLE ... WITH``), so
+a cache made with an explicit configuration gets the server default, ``RendezvousAffinityFunction`` with
+1024 partitions. Any other count comes from the cache templates of the node's configuration
+(`workbench.stack.ignite`): N a power of two from 1 to 32768, the cache created by name with the
+template's prefix, ``WB_P<N>_B<backups>_<TABLE>`` (binary mode; an explicit --cache-name must start with
+that prefix) or ``CREATE TABLE ... WITH "template=WB_P<N>_B0_"`` (sql mode, any cache name). `prepare`
+reads the real count from ``SYS.CACHES`` and refuses a mismatch with a clear error (a node started
+without the templates, a cache that exists with another count).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from pydantic import Field
 
 from workbench.backends.base import Backend, LayoutOptions, Progress, StoredSample, storage_name
 from workbench.clients import ignite_client
+from workbench.clients.ignite import DEFAULT_PARTITIONS, PARTITION_TEMPLATES, partition_template
 from workbench.concurrency import InFlight, finish
 from workbench.data import Sample
 from workbench.errors import WorkbenchError, first_line
@@ -40,7 +46,6 @@ if TYPE_CHECKING:
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,199}$")
 _PARTS = re.compile(r"parts=(\d+)")
-DEFAULT_PARTITIONS = 1024  # RendezvousAffinityFunction's default, what a thin client always gets
 MAX_PARTITIONS = 65000  # CacheConfiguration.MAX_PARTITIONS_COUNT
 BATCH_BYTES = 32 * 2**20  # a batch is also cut at this many payload bytes (memory bound with big samples)
 ID_PAGE_SIZE = 5000
@@ -53,7 +58,9 @@ class IgniteOptions(LayoutOptions):
         None, description="cache name (default: the dataset's storage name upper-cased; "
         "sql mode: SQL_PUBLIC_<TABLE>)"
     )
-    partitions: int = Field(DEFAULT_PARTITIONS, ge=1, le=MAX_PARTITIONS, description="cache partitions (see docs)")
+    partitions: int = Field(DEFAULT_PARTITIONS, ge=1, le=MAX_PARTITIONS,
+                            description="cache partitions: 1024 (the server default) or a power of two from 1 to "
+                                        "32768 (the node's cache templates)")
     backups: int = Field(0, ge=0, description="backup copies of each partition (default: WORKBENCH_IGNITE_BACKUPS)")
     mode: Literal["binary", "sql"] = Field("binary", description="binary objects in a cache, or an SQL table")
     batch_size: int = Field(64, ge=1, le=100_000, description="samples per put_all / MERGE")
@@ -90,18 +97,35 @@ class IgniteBackend(Backend):
             self.options = self.options.model_copy(update={"backups": settings.ignite_backups})
         o = self.options
         self.table = storage_name(dataset).upper()
+        self.template = self._template()
         if o.cache_name is not None:
             self.cache_name = o.cache_name
         elif o.mode == "sql":
             self.cache_name = f"SQL_PUBLIC_{self.table}"
         else:
-            self.cache_name = self.table
+            self.cache_name = f"{self.template or ''}{self.table}"
+        if self.template and o.mode == "binary" and not self.cache_name.startswith(self.template):
+            raise WorkbenchError(
+                f"Ignite cache {self.cache_name} cannot get {o.partitions} partitions: a cache takes them from the "
+                f"node's cache template by its name, so it must start with {self.template} (omit the cache name "
+                "to get one)")
         if not _NAME.match(self.cache_name):
             raise WorkbenchError(
                 f"invalid Ignite cache name '{self.cache_name}': use letters, digits and '_', starting with a letter"
             )
         self.ids_cache_name = f"{self.cache_name}_IDS"
         self.partitions_found: int | None = None
+
+    def _template(self) -> str | None:
+        """The prefix of the node's cache template for the asked partitions (None: the server default)."""
+        o = self.options
+        if o.partitions == DEFAULT_PARTITIONS:
+            return None
+        if o.partitions not in PARTITION_TEMPLATES:
+            raise WorkbenchError(
+                f"Ignite caches get {DEFAULT_PARTITIONS} partitions or a count of the node's cache templates "
+                f"({', '.join(map(str, PARTITION_TEMPLATES))}), not {o.partitions}: pick one of those")
+        return partition_template(o.partitions, o.backups if o.mode == "binary" else 0)
 
     def _client(self):
         return ignite_client(self.settings, self.options.via_proxy)
@@ -129,7 +153,7 @@ class IgniteBackend(Backend):
                     _sql(client,
                          f"CREATE TABLE IF NOT EXISTS {self.table} (id VARCHAR PRIMARY KEY, split VARCHAR, "
                          f"label {self._label_sql()}, name VARCHAR, width INT, height INT, checksum VARCHAR, "
-                         f"data BINARY) WITH \"template=partitioned,backups={o.backups},"
+                         f"data BINARY) WITH \"template={self.template or 'partitioned'},backups={o.backups},"
                          f"cache_name={self.cache_name},value_type={self._value_type()}\"")
                     if self.cache_name not in client.get_cache_names():
                         raise WorkbenchError(
@@ -138,7 +162,10 @@ class IgniteBackend(Backend):
                         )
                 else:
                     config = {PROP_CACHE_MODE: CacheMode.PARTITIONED, PROP_BACKUPS_NUMBER: o.backups}
-                    client.get_or_create_cache({PROP_NAME: self.cache_name, **config})
+                    if self.template:  # by name: the node's template gives partitions and backups
+                        client.get_or_create_cache(self.cache_name)
+                    else:
+                        client.get_or_create_cache({PROP_NAME: self.cache_name, **config})
                     if not existed and self.ids_cache_name in client.get_cache_names():
                         client.get_cache(self.ids_cache_name).destroy()  # ids of an earlier, destroyed cache
                     client.get_or_create_cache({PROP_NAME: self.ids_cache_name, **config})
@@ -170,13 +197,14 @@ class IgniteBackend(Backend):
             return
         if created:
             self._destroy(client)
-            why = (f"a thin client cannot set the affinity function, so new caches get the server default "
-                   f"({DEFAULT_PARTITIONS} partitions)")
-            raise WorkbenchError(
-                f"Ignite cache {self.cache_name} would have {' and '.join(problems)}: {why}; use "
-                f"--partitions {self.partitions_found} or pre-create the cache server-side "
-                "(CacheConfiguration with RendezvousAffinityFunction(false, N))"
-            )
+            if self.template:
+                why = (f"the node has no cache template {self.template}* (a node started before partition templates "
+                       "existed, or another cluster): restart it (`workbench stack down ignite && workbench stack up "
+                       "ignite`) or pre-create the cache server-side")
+            else:
+                why = (f"a thin client cannot set the affinity function, so new caches get the server default "
+                       f"({DEFAULT_PARTITIONS} partitions)")
+            raise WorkbenchError(f"Ignite cache {self.cache_name} would have {' and '.join(problems)}: {why}")
         raise WorkbenchError(
             f"existing Ignite cache {self.cache_name} has {' and '.join(problems)}: "
             "match its layout or destroy it first"

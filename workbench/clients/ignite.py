@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.clients.endpoints import ignite_points
 from workbench.clients.endpoints import where as where_of
-from workbench.clients.tls import speaks_tls
+from workbench.clients.tls import CLIENT_CERT_FILE, CLIENT_KEY_FILE, speaks_tls
 from workbench.config import DEFAULT_CREDENTIALS, Settings
 from workbench.errors import WorkbenchError
 
@@ -27,6 +27,47 @@ if TYPE_CHECKING:
     from pyignite import Client as IgniteClient
 
 _PARTS = re.compile(r"parts=(\d+)")  # the partition count in SYS.CACHES.AFFINITY
+# TLS alerts of a node that wants a client certificate and got none, or does not trust the one it got.
+_NO_CERTIFICATE = re.compile(r"certificate[ _]required", re.IGNORECASE)
+_BAD_CERTIFICATE = re.compile(r"bad[ _]certificate|unknown[ _]ca|certificate[ _]unknown|unsupported[ _]certificate",
+                              re.IGNORECASE)
+_KEY_FILE_PROBLEM = re.compile(r"PEM lib|bad decrypt|BAD_DECRYPT|KEY_VALUES_MISMATCH|key values mismatch")
+CERTIFICATE_HINT = ("pass certfile and keyfile (IgniteDataset's and the ignite loader's parameters; cert_password for "
+                    "an encrypted key), or set WORKBENCH_IGNITE_CLIENT_AUTH=1 so the workbench presents the stack's "
+                    "<tls_dir>/client.crt")
+
+# Cache templates of the stack's node configuration (`workbench.stack.ignite`): a cache created BY NAME whose
+# name starts with `partition_template(n, b)` gets RendezvousAffinityFunction(false, n) and b backups (a thin
+# client cannot send an affinity function; the Ignite article's way to choose partitions is a template).
+PARTITION_TEMPLATES = tuple(2**k for k in range(16))  # 1 .. 32768 partitions
+DEFAULT_PARTITIONS = 1024  # RendezvousAffinityFunction's default: what a cache made without a template gets
+
+
+def partition_template(partitions: int, backups: int) -> str:
+    """The name prefix of the node's cache template with `partitions` partitions and `backups` backups."""
+    return f"WB_P{partitions}_B{backups}_"
+
+
+def template_backups(settings: Settings) -> range:
+    """Backups the node's templates are made for: every useful count on this cluster, and the configured one."""
+    return range(max(settings.ignite_nodes, settings.ignite_backups + 1))
+
+
+def ignite_client_auth(settings: Settings) -> bool:
+    """Whether the stack's Ignite requires client certificates (settings.ignite_client_auth, with settings.tls).
+
+    getattr: the field is new in Settings (issue 16.5); settings objects made without it read False.
+    """
+    return bool(settings.tls and getattr(settings, "ignite_client_auth", False))
+
+
+def stack_client_certificate(settings: Settings) -> tuple[str, str] | None:
+    """(certificate, key) the workbench's own Ignite clients present when the node requires client certificates
+    (`workbench.stack.tls.ensure_client_certificates` writes them); None when it does not."""
+    if not ignite_client_auth(settings):
+        return None
+    root = settings.certificates_dir()
+    return str(root / CLIENT_CERT_FILE), str(root / CLIENT_KEY_FILE)
 OP_CLUSTER_GROUP_GET_NODE_IDS = 5100  # Ignite's ClientMessageParser; not among pyignite's op codes
 
 
@@ -63,7 +104,7 @@ def ignite_options(settings: Settings) -> dict[str, object]:
     if settings.ignite_username and settings.ignite_password:
         options.update(username=settings.ignite_username, password=settings.ignite_password.get_secret_value())
     if settings.tls:
-        options.update(ignite_tls_options(str(settings.ca_file())))
+        options.update(ignite_tls_options(str(settings.ca_file()), *(stack_client_certificate(settings) or ())))
     return options
 
 def ignite_tls_options(ca_file: str | None, certfile: str | None = None, keyfile: str | None = None,
@@ -187,6 +228,17 @@ def _ignite_connect_error(where: str, options: dict[str, object], failure: str) 
                     "WORKBENCH_IGNITE_PASSWORD (`workbench init` generates them)"), True
         return (f"Ignite at {where} refused the login of user '{user}' ({reason}): wrong user name or password; "
                 "check WORKBENCH_IGNITE_USERNAME / WORKBENCH_IGNITE_PASSWORD (or the loader's username/password)"), True
+    certfile = options.get("ssl_certfile")
+    if kind.startswith("SSL") or closed:
+        if certfile is None and (_NO_CERTIFICATE.search(reason) or (tls and _BAD_CERTIFICATE.search(reason))):
+            return f"Ignite at {where} requires a client certificate ({reason}): {CERTIFICATE_HINT}", True
+        if certfile is not None and _BAD_CERTIFICATE.search(reason):
+            return (f"Ignite at {where} refused the client certificate {certfile} ({reason}): give one signed by a "
+                    "CA in the node's trust store (sslContextFactory trustStore)"), True
+        if certfile is not None and _KEY_FILE_PROBLEM.search(reason):
+            return (f"cannot use the client certificate {certfile} / key {options.get('ssl_keyfile') or certfile} "
+                    f"for Ignite at {where} ({reason}): wrong cert_password for an encrypted key, or a key that "
+                    "does not match the certificate"), True
     if kind == "SSLCertVerificationError":
         return (f"cannot verify the TLS certificate of Ignite at {where} ({reason}) with CA file "
                 f"{options.get('ssl_ca_certfile')}: set WORKBENCH_TLS_CA_FILE to the CA that signed it"), True
@@ -281,7 +333,8 @@ class Endpoint:
 
 def settings_endpoint(settings: Settings, via_proxy: bool = False, **overrides: Any) -> Endpoint:
     """The endpoint of the workbench's Ignite, every node of it (through each node's toxiproxy path with
-    `via_proxy`): login and TLS from settings. A `host` or `port` override names one server only."""
+    `via_proxy`): login and TLS from settings (and the stack's client certificate when the node requires one,
+    unless `certfile`/`keyfile` are given). A `host` or `port` override names one server only."""
     settings.check_credentials()
     password = settings.ignite_password.get_secret_value() if settings.ignite_password else None
     (host, port), *others = ignite_points(settings, via_proxy)
@@ -291,6 +344,9 @@ def settings_endpoint(settings: Settings, via_proxy: bool = False, **overrides: 
                               "timeout_s": settings.timeout_s, "username": settings.ignite_username,
                               "password": password, "tls": settings.tls, "dev_mode": settings.dev_mode,
                               "ca_file": ca_file_of(settings)}
+    stack_cert = stack_client_certificate(settings)
+    if stack_cert and overrides.get("certfile") is None and overrides.get("keyfile") is None:
+        values["certfile"], values["keyfile"] = stack_cert  # the node requires one: the stack's own
     values.update({k: v for k, v in overrides.items() if v is not None})
     return Endpoint(**values)
 

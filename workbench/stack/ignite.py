@@ -22,7 +22,15 @@ with it once to activate the cluster, create the configured user and give ``igni
 nobody keeps, so afterwards only the configured login works (see `retire_default_login`).
 
 With settings.tls the thin-client connector speaks TLS only, with the stack's PKCS#12 keystore; the
-keystore password is read by the node from ``keystore.pass`` (mode 600), never written into the XML.
+keystore password is read by the node from ``keystore.pass`` (mode 600), never written into the XML. With
+settings.ignite_client_auth as well the connector requires a client certificate (sslClientAuth) signed by
+the stack's client CA (`workbench.stack.tls.ensure_client_certificates`), and the workbench's own clients
+present <tls_dir>/client.crt.
+
+Partitions: the thin-client protocol cannot send an affinity function, so the node configuration carries
+cache templates (the Ignite article's way): a cache created by a name starting ``WB_P<n>_B<b>_`` gets
+``RendezvousAffinityFunction(false, n)`` and b backups, for n a power of two from 1 to 32768 (see
+`workbench.clients.ignite.partition_template`; SQL tables take the same template with ``template=``).
 Discovery and communication bind the node's own address (explicit localAddress, no port range), so
 clusters on other addresses or ports (the main stack on 127.0.0.1, a private test cluster) never meet.
 """
@@ -36,13 +44,20 @@ from xml.sax.saxutils import escape
 
 from pydantic import SecretStr
 
-from workbench.clients.ignite import ignite_client, server_node_count
+from workbench.clients.ignite import (
+    PARTITION_TEMPLATES,
+    ignite_client,
+    ignite_client_auth,
+    partition_template,
+    server_node_count,
+    template_backups,
+)
 from workbench.config import DEFAULT_CREDENTIALS, Settings
 from workbench.errors import WorkbenchError
 from workbench.stack.java import java_command
 from workbench.stack.provision import maven_fetch
 from workbench.stack.service import Health, Launch, Service
-from workbench.stack.tls import Certificates
+from workbench.stack.tls import Certificates, ClientCertificates, ensure_client_certificates
 
 DEFAULT_USER, DEFAULT_PASSWORD = DEFAULT_CREDENTIALS["ignite"]
 BOOTSTRAP_PENDING = "bootstrap-pending"  # written at launch, removed once the default login is retired
@@ -67,7 +82,7 @@ IGNITE_XML = """\
           <property name="name" value="{health_cache}"/>
           <property name="cacheMode" value="REPLICATED"/>
         </bean>
-      </list>
+{templates}      </list>
     </property>
     <!-- No legacy TCP connector (11211): clients use the thin-client connector only. -->
     <property name="connectorConfiguration"><null/></property>
@@ -147,11 +162,12 @@ WAL_XML = """\
         <property name="maxWalArchiveSize" value="#{{{archive_mb}L * 1024 * 1024}}"/>
 """
 
-# Thin-client TLS with its own context factory; the keystore password is read from its file at start.
+# Thin-client TLS with its own context factory; the keystore password is read from its file at start. With
+# client authentication the trust store holds the CA of client certificates (`ensure_client_certificates`).
 SSL_XML = """\
         <property name="sslEnabled" value="true"/>
         <property name="useIgniteSslContextFactory" value="false"/>
-        <property name="sslClientAuth" value="false"/>
+        <property name="sslClientAuth" value="{client_auth}"/>
         <property name="sslContextFactory">
           <bean class="org.apache.ignite.ssl.SslContextFactory">
             <property name="keyStoreFilePath" value="{keystore}"/>
@@ -164,6 +180,30 @@ SSL_XML = """\
           </bean>
         </property>
 """
+
+
+# One cache template: a cache created by name with the template's prefix gets its partitions and backups.
+TEMPLATE_XML = """\
+        <bean class="org.apache.ignite.configuration.CacheConfiguration">
+          <property name="name" value="{prefix}*"/>
+          <property name="cacheMode" value="PARTITIONED"/>
+          <property name="backups" value="{backups}"/>
+          <property name="affinity">
+            <bean class="org.apache.ignite.cache.affinity.rendezvous.RendezvousAffinityFunction">
+              <constructor-arg value="false"/>
+              <constructor-arg value="{partitions}"/>
+            </bean>
+          </property>
+        </bean>
+"""
+
+
+def templates_xml(settings: Settings) -> str:
+    """The partition templates (`workbench.clients.ignite.partition_template`): every partition count of
+    PARTITION_TEMPLATES with every backup count this cluster can use. Templates are configurations only: no
+    cache exists until a client creates one by a name with the template's prefix."""
+    return "".join(TEMPLATE_XML.format(prefix=partition_template(n, b), backups=b, partitions=n)
+                   for n in PARTITION_TEMPLATES for b in template_backups(settings))
 
 
 def _path(path: Path) -> str:
@@ -185,8 +225,11 @@ def ignite_xml(settings: Settings, data_dir: Path, health_cache: str, authentica
     ssl = ""
     if settings.tls:
         certs = Certificates(settings.certificates_dir())
-        ssl = SSL_XML.format(keystore=_path(certs.keystore), truststore=_path(certs.truststore),
-                             password=_read_file_expression(certs.keystore_password_file))
+        client_auth = ignite_client_auth(settings)
+        truststore = ClientCertificates(certs.root).truststore if client_auth else certs.truststore
+        ssl = SSL_XML.format(keystore=_path(certs.keystore), truststore=_path(truststore),
+                             password=_read_file_expression(certs.keystore_password_file),
+                             client_auth=str(client_auth).lower())
     persistence = AUTH_REGION_XML.format() if authentication else ""
     if settings.ignite_persistence:
         persistence += WAL_XML.format(segment_mb=64, archive_mb=512)
@@ -199,7 +242,7 @@ def ignite_xml(settings: Settings, data_dir: Path, health_cache: str, authentica
         health_cache=health_cache, consistent_id=Ignite(settings, node).node_name, members=members,
         discovery_port=settings.ignite_discovery_port, communication_port=settings.ignite_communication_port,
         authentication=AUTHENTICATION_XML if authentication else "", persistence=persistence,
-        persistent=str(settings.ignite_persistence).lower(), ssl=ssl,
+        persistent=str(settings.ignite_persistence).lower(), ssl=ssl, templates=templates_xml(settings),
     )
 
 
@@ -233,6 +276,8 @@ class Ignite(Service):
             shutil.rmtree(work, ignore_errors=True)
         fresh = not work.exists()
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if ignite_client_auth(self.settings):
+            ensure_client_certificates(self.settings)  # the trust store of client certificates, and the stack's own
         config = self.data_dir / "ignite.xml"
         config.touch(mode=0o600, exist_ok=True)
         config.chmod(0o600)

@@ -1,9 +1,14 @@
-"""One self-contained HTML page: figures embedded as base64 PNG (and linked to their files), tables, errors."""
+"""One self-contained HTML page: figures embedded as base64 PNG (and linked to their files), tables, errors.
+
+The stylesheet is written once here (`_CSS`) and embedded in every page the report package writes (the report,
+results/index.html, the repeatability page) as one compact line (`STYLE`, `page_head`): each page still opens on
+its own, wherever it is copied. The run's config.json and environment.json are linked, not copied into the page;
+the page says what varies and on which machine.
+"""
 
 from __future__ import annotations
 
 import base64
-import json
 import math
 import numbers
 from html import escape
@@ -16,7 +21,7 @@ from workbench.bench.points import AXES
 from workbench.report.data import STARTUP_LIMIT, TOPOLOGY_PREFIX, Context, is_missing
 from workbench.report.plots import Plot
 
-STYLE = """
+_CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1400px;
        color: #222; padding: 0 1em; }
 h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: 0.2em; margin-top: 2em; }
@@ -28,10 +33,16 @@ th, td { border: 1px solid #ddd; padding: 3px 6px; text-align: right; white-spac
 th { background: #f3f3f3; position: sticky; top: 0; } td.text, th.text { text-align: left; }
 td.error { text-align: left; white-space: normal; max-width: 700px; font-family: monospace; }
 tr:nth-child(even) td { background: #fafafa; }
-pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.8em; }
 .failed { color: #a00; } td.warn { background: #fff1d6 !important; }
 .question { font-size: 1.1em; }
 """
+STYLE = " ".join(line.strip() for line in _CSS.splitlines() if line.strip())  # one line in every page
+
+
+def page_head(title: str, extra_css: str = "") -> str:
+    """The start of every page up to <body>: charset, title and the stylesheet (plus a page's own rules)."""
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>\n'
+            f"<style>{STYLE} {extra_css}</style></head><body>")
 
 # summary column -> header in the all-points table (metric columns: "<metric>_median" etc.)
 POINT_METRICS = (
@@ -100,6 +111,13 @@ def _grid_columns(ctx: Context) -> list[tuple[str, str]]:
     return [(c, label) for c, label in columns if c in ctx.summary.columns]
 
 
+def axis_text(column: str, value: Any) -> str:
+    """A grid value as the tables show it: shard sizes in MB, RTT with one decimal, other numbers whole."""
+    if column == "shard_maxsize" and not is_missing(value):
+        return f"{float(value) / 1e6:g} MB"
+    return fmt(value, 1 if column == "rtt_ms" else 0)
+
+
 def points_table(ctx: Context) -> str:
     summary = ctx.summary
     grid = _grid_columns(ctx)
@@ -114,11 +132,7 @@ def points_table(ctx: Context) -> str:
     for _, row in summary.iterrows():
         cells = []
         for column, _ in grid:
-            value = row[column]
-            if column == "shard_maxsize" and not is_missing(value):
-                cells.append(_cell(f"{float(value) / 1e6:g} MB", cls="text"))
-            else:
-                cells.append(_cell(value, 0 if column != "rtt_ms" else 1, "text"))
+            cells.append(_cell(axis_text(column, row[column]), cls="text"))
         failed = int(row.get("runs_failed", 0) or 0)
         cells += [_cell(int(row.get("runs_ok", 0) or 0), 0), _cell(failed, 0, "failed" if failed else "")]
         for metric, _, digits in metrics:
@@ -170,17 +184,31 @@ def _figure(plot: Plot) -> str:
     return "\n".join(parts)
 
 
+def setup_section(ctx: Context) -> str:
+    """What varies over the sweep, the machine and the packages, and links to the two files that say it all."""
+    varied = [(label, ", ".join(axis_text(column, v) for v in ctx.values(column)))
+              for column, label in _grid_columns(ctx) if column != "point_id" and len(ctx.values(column)) > 1]
+    rows = "".join(f'<tr><td class="text">{escape(label)}</td><td class="text">{escape(values)}</td></tr>'
+                   for label, values in varied)
+    axes = f"<table><thead><tr><th class=\"text\">varies</th><th class=\"text\">values</th></tr></thead>" \
+           f"<tbody>{rows}</tbody></table>" if rows else "<p>Every point has the same setup.</p>"
+    env = ctx.environment
+    packages = env.get("packages") if isinstance(env.get("packages"), dict) else {}
+    machine = [f"Python {env['python']}" if env.get("python") else "", str(env.get("platform") or ""),
+               f"{env['memory_gib']} GiB memory" if env.get("memory_gib") else "",
+               f"packages: {', '.join(f'{k} {v}' for k, v in packages.items())}" if packages else ""]
+    links = [f'<a href="../{name}">{name}</a>' if (ctx.results_dir / name).exists() else f"(no {name})"
+             for name in ("config.json", "environment.json")]
+    return (f"{axes}\n<p class=\"caption\">{escape('; '.join(m for m in machine if m))}</p>\n"
+            f"<p>The whole configuration: {links[0]}; the machine: {links[1]}.</p>")
+
+
 def render(ctx: Context, plots: list[Plot]) -> str:
     runs, failed = len(ctx.runs), len(ctx.failed)
     loaders = ", ".join(ctx.loaders) or "none"
     toc = " · ".join(f'<a href="#{escape(p.name)}">{escape(p.title)}</a>' for p in plots)
     sections = "\n".join(_figure(p) for p in plots)
-    config = escape(json.dumps(ctx.config, indent=2, default=str)) if ctx.config else "(no config.json)"
-    environment = escape(json.dumps(ctx.environment, indent=2, default=str)) if ctx.environment \
-        else "(no environment.json)"
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>workbench sweep {escape(ctx.name)}</title>
-<style>{STYLE}</style></head><body>
+    return f"""{page_head(f"workbench sweep {ctx.name}")}
 <h1>Sweep {escape(ctx.name)}</h1>
 {"".join(f'<p class="failed"><b>{escape(note)}</b></p>' for note in ctx.notes)}
 {f'<p class="question">Question: {escape(ctx.question)}</p>' if ctx.question else ""}
@@ -189,14 +217,13 @@ def render(ctx: Context, plots: list[Plot]) -> str:
 <p>{runs} run(s) over {len(ctx.summary)} point(s), <span class="{'failed' if failed else ''}">{failed} failed</span>.
 Loaders: {escape(loaders)}. Source: <code>{escape(str(ctx.results_dir))}</code>;
 per-point statistics in <a href="../summary.csv">summary.csv</a>.</p>
-<p>{toc} · <a href="#points">all points</a> · <a href="#failed">failed runs</a></p>
+<p>{toc} · <a href="#points">all points</a> · <a href="#failed">failed runs</a> · <a href="#setup">setup</a></p>
 {sections}
 <h2 id="points">All points</h2>
 {points_table(ctx)}
 <h2 id="failed">Failed runs</h2>
 {failed_table(ctx)}
-<h2>Configuration and environment</h2>
-<details><summary>config.json</summary><pre>{config}</pre></details>
-<details><summary>environment.json</summary><pre>{environment}</pre></details>
+<h2 id="setup">Configuration and environment</h2>
+{setup_section(ctx)}
 </body></html>
 """

@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from workbench.errors import WorkbenchError
 from workbench.report.data import Context, is_local_backend, load
-from workbench.report.html import STYLE, fmt
+from workbench.report.html import fmt, page_head
 from workbench.report.plots import TARGET_AU, largest_n, measured_au_rows
 from workbench.results import RUNS, write_atomically
 
@@ -29,6 +29,7 @@ GPU = "gpu"
 NOT_LISTED = {RUNS.name, "_scratch", STUDIES}  # git-ignored user runs and scratch; studies have their own section
 MAX_FILES = 40  # files listed per folder (beyond: a count)
 REPEATABILITY = "repeatability/repeatability.html"  # where `workbench results compare` writes beside a study
+INDEX_CSS = ".headline { font-weight: 600; } .files { font-size: 0.85em; color: #555; }"
 
 
 @dataclass
@@ -168,9 +169,7 @@ def render(studies: list[Entry], gpu: list[Entry], others: list[Entry]) -> str:
         "<p>No study is committed yet: run one with `workbench study run NAME` and publish it.</p>"
     gpu_html = "\n".join(_render_entry(e, True) for e in gpu) or "<p>No GPU results are committed.</p>"
     other_html = "\n".join(_render_entry(e, True) for e in others) or "<p>None.</p>"
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>workbench results</title>
-<style>{STYLE} .headline {{ font-weight: 600; }} .files {{ font-size: 0.85em; color: #555; }}</style></head><body>
+    return f"""{page_head("workbench results", INDEX_CSS)}
 <h1>workbench results</h1>
 <p class="caption">Every committed result: each study answers one question (its report has the plots, the
 configuration and the machine); user runs go to results/runs/ and are not listed. Written by

@@ -8,12 +8,15 @@ cassandra-dali-plugin examples do after `fn.crs4.cassandra`.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 from nvidia.dali import fn, pipeline_def, types
 
+from workbench.errors import WorkbenchError
 from workbench.loaders import Loader
+from workbench.loaders.consumed import ConsumedState
 
 IMAGENET_MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 IMAGENET_STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
@@ -36,6 +39,12 @@ class BatchSource:
     into its own input buffer. Labels are int32 [1] arrays, or the raw label bytes as uint8 arrays with
     label_type "blob" (segmentation masks, multilabel vectors: decode them in the graph, as the plugin's
     examples do).
+
+    Resumable (torchdata's Stateful convention): DALI asks for batches ahead of the consumer (its prefetch
+    queue), so take the outputs with `run(pipe)` instead of `pipe.run()`: `state_dict()` is then the loader's
+    state recorded with the last batch the consumer took (`workbench.loaders.consumed`). A fresh source given
+    it by `load_state_dict` (before the pipeline is built) delivers the rest of that epoch, none twice, none
+    missed: the loader skips what was read.
     """
 
     def __init__(self, loader: Loader, batch_size: int) -> None:
@@ -44,12 +53,36 @@ class BatchSource:
         self.label_type = loader.config.label_type
         self.epoch = 0
         self._batches: Iterator[tuple[list[np.ndarray], list]] | None = None
+        self._consumed = ConsumedState(loader.state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the consumer stands: the loader's state after the last batch `run` returned."""
+        return self._consumed.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from `state` at the next iteration (the loader checks it: a mismatch is one WorkbenchError)."""
+        self.loader.load_state_dict(state)
+        self.epoch = self.loader.epoch
+        self._consumed.restart(self.loader.state_dict())
+
+    def run(self, pipe) -> Any:
+        """`pipe.run()`, counted as taken by the consumer (StopIteration at the end of the epoch, as DALI's)."""
+        try:
+            outputs = pipe.run()
+        except StopIteration:
+            self._consumed.exhausted()
+            raise
+        self._consumed.taken()
+        return outputs
 
     def epoch_batches(self, epoch: int) -> Iterator[tuple[list[np.ndarray], list]]:
         """(payload views, labels) of up to batch_size samples: this epoch's samples."""
         self.loader.set_epoch(epoch)
+        self._consumed.restart(self.loader.state_dict())  # a loaded state, else the start of `epoch`
         for batch in self.loader.batches(self.batch_size):
+            self._consumed.produced(self.loader.state_dict())  # before DALI can hand the batch on
             yield batch.views(), batch.labels
+        self._consumed.finished(self.loader.state_dict())
 
     def __iter__(self) -> BatchSource:
         self._batches = self.epoch_batches(self.epoch)
@@ -86,6 +119,13 @@ class ProcessBatchSource(BatchSource):
         self.label_type = self.dataset.config["label_type"]
         self.epoch = 0
         self._batches = None
+
+    def state_dict(self) -> dict[str, Any]:
+        raise WorkbenchError("ProcessBatchSource does not resume mid-epoch (its state is spread over its worker "
+                             "processes): use BatchSource, or a torchdata StatefulDataLoader over BatchDataset")
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.state_dict()
 
     def epoch_batches(self, epoch: int) -> Iterator[tuple[list[np.ndarray], list]]:
         from torch.utils.data import DataLoader

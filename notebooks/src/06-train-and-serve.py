@@ -35,12 +35,12 @@ concurrency = 2  # Triton requests in flight
 results_dir = "results/train-and-serve"  # the table (CSV) and the plot go here
 
 # %%
+import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from pipelines.train_and_serve import serve_and_check, train_to_checkpoint
 from workbench.backends import make_backend
 from workbench.config import Settings
 from workbench.data import DigitsSource
@@ -49,6 +49,9 @@ from workbench.model_serving import checkpoint_uri
 from workbench.notebook import at_checkout_root
 
 ROOT = at_checkout_root()
+sys.path.insert(0, str(ROOT))  # pipelines/ is a folder beside the package (also when Jupyter starts in notebooks/)
+from pipelines.train_and_serve import serve_and_check, train_to_checkpoint
+
 settings = Settings()
 
 # %%

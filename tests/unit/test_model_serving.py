@@ -102,3 +102,22 @@ def test_dali_training_graph_equals_the_serving_graph():
     serving = run(lambda jpegs: dali_decode_resize_crop(jpegs, False, 32))
     assert training.shape == (2, 3, 32, 32)
     np.testing.assert_array_equal(training, serving)
+
+
+def test_triton_gets_the_checkpoint_readers_settings_in_its_environment_only():
+    """The classifier reads its checkpoint with Settings() inside Triton: S3 and Ignite logins travel in the
+    child's environment (never its command line), and pipelines/ is on its path (the training architectures)."""
+    from pydantic import SecretStr
+
+    from workbench.stack.triton import Triton
+
+    settings = Settings(s3_access_key=SecretStr("AKEY-x1"), s3_secret_key=SecretStr("SKEY-x2"), s3_port=9100,
+                        ignite_username="reader", ignite_password=SecretStr("IPASS-x3"), ignite_port=10900,
+                        triton_model_repository=ROOT / "triton_models")
+    launch = Triton(settings).launch()
+    env = launch.env
+    assert (env["WORKBENCH_S3_ACCESS_KEY"], env["WORKBENCH_S3_SECRET_KEY"]) == ("AKEY-x1", "SKEY-x2")
+    assert (env["WORKBENCH_IGNITE_USERNAME"], env["WORKBENCH_IGNITE_PASSWORD"]) == ("reader", "IPASS-x3")
+    assert env["WORKBENCH_S3_PORT"] == "9100" and env["WORKBENCH_IGNITE_PORT"] == "10900"
+    assert env["PYTHONPATH"].split(":")[0] == str(ROOT)
+    assert not any(secret in part for part in launch.command for secret in ("AKEY", "SKEY", "IPASS"))

@@ -1,8 +1,8 @@
 """A bounded chaos soak: epochs of real loaders while the network and the servers fail under them.
 
 `run_chaos` runs epochs of the given loaders (through toxiproxy, ``via_proxy=True``) one after the other
-for about `duration_s` seconds. In every epoch one fault from the catalogue strikes at a seeded random
-moment (after a seeded number of delivered samples):
+for about `duration_s` seconds, counted after the set-up (at least one epoch). In every epoch one fault
+from the catalogue strikes at a seeded random moment (after a seeded number of delivered samples):
 
 * ``reset_peer``  - toxiproxy resets every connection of the loader's path (timeout 0) for ~0.5 s;
 * ``timeout``     - toxiproxy stops the data and closes connections after 0.5 s, for ~1 s;
@@ -361,8 +361,8 @@ def run_chaos(settings: Settings, loaders: list[str], dataset: str, duration_s: 
     try:
         injector.toxi.reset()
         expected = {name: expected_ids(settings, name, dataset) for name in loaders}
-        epoch = 0
-        while time.monotonic() - start < duration_s:
+        epoch, soak_start = 0, time.monotonic()
+        while epoch == 0 or time.monotonic() - soak_start < duration_s:  # at least one epoch, whatever the set-up took
             name = loaders[epoch % len(loaders)]
             proxy = proxy_of(name)
             service = restartable_service(name)

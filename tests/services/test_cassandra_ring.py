@@ -1,10 +1,11 @@
 """A Cassandra ring of 3 nodes, replication factor 3: start-up, token-aware reads through each node's proxy,
-a node killed (kill -9) mid-epoch.
+a node killed (kill -9) mid-epoch, and the chaos soak's node_kill.
 
 The ring runs beside the main stack, never on it: node k on 127.0.0.(11+k) (WORKBENCH_TEST_CASSANDRA_HOST
 moves it), JMX ports no other Cassandra uses (JMX binds 127.0.0.1), a toxiproxy of its own on the ring's
 first address and a fresh state folder. Every read goes through the proxies (via_proxy), as benchmarks do.
-Both loaders: `cassandra` (C++ driver, acsylla) and `cassandra-py` (Python driver).
+Both loaders: `cassandra` (C++ driver, acsylla) and `cassandra-py` (Python driver). Last, a chaos soak with a
+node_kill fault on the ring.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections import Counter
 import pytest
 
 from workbench.backends import make_backend
+from workbench.chaos import format_report, run_chaos
 from workbench.clients.cassandra import cassandra_session
 from workbench.config import Settings, generated_credentials
 from workbench.data import SyntheticSource
@@ -171,3 +173,24 @@ def test_a_node_killed_mid_epoch_loses_and_duplicates_nothing(ring, dataset, loa
         restarted = up(ring, ["cassandra"])
     assert all(r.healthy for r in restarted), [f"{r.service}: {r.detail}" for r in restarted if not r.healthy]
     assert keys == expected, f"lost {sum((expected - keys).values())}, duplicated {sum((keys - expected).values())}"
+
+
+def test_a_chaos_soak_with_a_node_kill_reads_every_epoch_exactly_once(ring, dataset):
+    """`workbench chaos` with node_kill on the ring: one node (not node 0) killed mid-epoch, restarted after the
+    node window; the epoch reads every sample once and the record names the node, its window and recovery."""
+    name, expected, _ = dataset
+    candidates = {node.node_name: process_of(node).pid() for node in (Cassandra(ring, k) for k in range(1, NODES))}
+    lines: list[str] = []
+    report = run_chaos(ring, ["cassandra"], name, duration_s=1.0, seed=3, faults=["node_kill"], pace_s=0.05,
+                       node_window_s=5.0, log=lines.append)
+    print("\n" + "\n".join(lines + format_report(report)))
+    [fault] = report.faults
+    assert fault.kind == "node_kill" and fault.target in candidates, fault
+    assert fault.how.startswith(f"kill -9 of pid {candidates[fault.target]},"), fault.how
+    assert fault.after_samples < sum(expected.values()), "the epoch ended before the kill"
+    assert fault.error == "" and (fault.lost, fault.duplicated) == (0, 0) and fault.survived, fault
+    assert fault.window_s >= 5.0 and fault.recovery_s > 0
+    assert report.services_healthy and report.restarted == [fault.target]
+    restarted = process_of(Cassandra(ring, int(fault.target.rsplit("-", 1)[1]) - 1)).pid()
+    assert restarted is not None and restarted != candidates[fault.target]
+    assert all(r.healthy for r in status(ring, ["cassandra"]))

@@ -1,24 +1,30 @@
 """A two-node Ignite cluster with one backup: joined and active, partition-aware clients through each node's
-proxy, a node killed with SIGKILL in the middle of an epoch, and the catalog reconciled with its caches."""
+proxy, a node killed with SIGKILL in the middle of an epoch, the chaos soak's node faults (a partition: the
+node's proxies disabled, these nodes being on loopback; a node_kill), and the catalog reconciled with its caches."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
 import sys
+import threading
 from collections import Counter
 
 import pytest
 from ignite_cluster import HOST, cluster_settings, kill, running, start
 
 from workbench.backends.registry import make_backend
+from workbench.chaos import format_report, run_chaos
 from workbench.clients.ignite import ignite_client, server_node_count
 from workbench.data import parse_source
+from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
 from workbench.loaders import make_loader
 from workbench.net.toxiproxy import Toxiproxy
 from workbench.reconcile import check
+from workbench.stack.manager import process_of, select
 
 pytestmark = [pytest.mark.services, pytest.mark.cluster, pytest.mark.slow]
 
@@ -85,6 +91,48 @@ def test_a_node_killed_mid_epoch_loses_and_duplicates_no_sample(cluster, dataset
         start(cluster, ["ignite-2"])  # back for the next test (it joins, the backups rebalance to it)
     assert [key for key, n in Counter(read).items() if n > 1] == []
     assert sorted(read) == expected
+
+
+@pytest.mark.parametrize("fault", ["partition", "node_kill"])
+def test_a_chaos_soak_with_a_node_fault_reads_every_epoch_exactly_once(cluster, dataset, fault):
+    """One epoch of `workbench chaos` with the fault on ignite-2 (the only node but node 0), partition-aware reads
+    through both proxies: every sample once, and the record names the node, what was done, window and recovery."""
+    _, expected = dataset
+    toxiproxy = Toxiproxy(cluster)
+    pid = process_of(select(cluster, ["ignite-2"])[0]).pid()
+    states: set[tuple[bool, bool]] = set()  # (ignite-2's proxy enabled, its process alive) seen during the soak
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.2):
+            alive = process_of(select(cluster, ["ignite-2"])[0]).pid() is not None
+            with contextlib.suppress(WorkbenchError):
+                states.add((toxiproxy.proxies()["ignite-2"]["enabled"], alive))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    lines: list[str] = []
+    try:
+        report = run_chaos(cluster, ["ignite"], "tcluster", duration_s=1.0, seed=5, faults=[fault], pace_s=0.02,
+                           node_window_s=3.0, loader_config={"partition_aware": True}, log=lines.append)
+    finally:
+        done.set()
+        watcher.join(30)
+    print("\n" + "\n".join(lines + format_report(report)))
+    [record] = report.faults
+    assert (record.kind, record.target) == (fault, "ignite-2")
+    assert record.after_samples < len(expected), "the epoch ended before the fault"
+    assert record.error == "" and (record.lost, record.duplicated) == (0, 0) and record.survived, record
+    assert record.window_s >= 3.0 and record.recovery_s >= 0 and report.services_healthy
+    after = process_of(select(cluster, ["ignite-2"])[0]).pid()
+    if fault == "partition":
+        assert record.how == ("loopback: toxiproxy proxies ignite-2 disabled (cut from the clients; its peers "
+                              "still reach it)")
+        assert (False, True) in states and after == pid  # cut off, never killed
+    else:
+        assert record.how.startswith(f"kill -9 of pid {pid},") and report.restarted == ["ignite-2"]
+        assert (True, False) in states and after not in (None, pid)  # killed, then a new process
+    assert toxiproxy.proxies()["ignite-2"]["enabled"]
 
 
 def test_reconcile_lists_a_destroyed_cache_with_the_command_that_restores_it(cluster, dataset):

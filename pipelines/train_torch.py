@@ -16,6 +16,13 @@ The model is torchvision resnet50 at 224 px with mixed precision (``torch.autoca
 channels-last) on a GPU, resnet18 at 112 px in float32 on a CPU (``--model``/``--size`` override).
 After training, a copy of the same model trains as many steps on synthetic tensors in memory: the
 no-I/O ceiling. Printed: images/s while training, the ceiling, and their ratio.
+
+Outputs, as the article kept them in IGFS: ``--checkpoint-url`` writes the trained model's state dict
+(``torch.save``) and ``--events-url`` a TensorBoard event file (the loss of every step, images/s) into
+that directory; both take any fsspec URL, ``ignite://CACHE/path`` included (`workbench.storage.ignite_fs`)::
+
+    python -m pipelines.train_torch --loader ignite --dataset D --steps 20 \
+        --checkpoint-url ignite://RUNS/run1/model.pt --events-url ignite://RUNS/run1/events
 """
 
 from __future__ import annotations
@@ -124,7 +131,8 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
           threads: int | None = None, dali_threads: int = 2, fetch_workers: int = 0, warmup: int | None = None,
           lr: float = 0.01, val_split: str | None = None,
           wrap_batches: Callable[[Callable[[int], Iterable[tuple]]], Callable[[int], Iterable[tuple]]] | None = None,
-          ceiling: bool = True, results_dir=None, quiet: bool = False, **loader_config: Any) -> dict:
+          ceiling: bool = True, results_dir=None, quiet: bool = False, checkpoint_url: str | None = None,
+          events_url: str | None = None, **loader_config: Any) -> dict:
     """Train the classifier `steps` steps from `loader` and measure; returns the report row as a dict.
 
     Keys include ``images_per_s``, ``ceiling`` (no-I/O images/s of the same model), ``ratio``,
@@ -133,6 +141,8 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
     With `val_split`, the trained model then classifies that split once, read and decoded the same way
     (``val_accuracy``, ``val_correct``, ``val_samples``); `wrap_batches` wraps the training batches (the
     accuracy tests' label scrambler, `pipelines.accuracy.scramble_labels`).
+    `checkpoint_url`: where the trained state dict goes (``torch.save``); `events_url`: a directory for a
+    TensorBoard event file of the run (rank 0 writes both; see `write_outputs`).
     Extra keyword arguments are loader settings (``concurrency``, ``split``, ``via_proxy``...).
     """
     if decode not in DECODERS:
@@ -177,9 +187,17 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
         if low < 0 or high >= num_classes:
             raise WorkbenchError(f"labels in [{low}, {high}] do not fit num_classes {num_classes}: pass --num-classes")
 
+    losses: list = []  # the loss tensor of every step (kept on the device: read once, after training)
+
+    def train_step(images, labels):
+        loss = step(images, labels)
+        if events_url:
+            losses.append(loss)
+        return loss
+
     started = time.perf_counter()
     try:
-        meter = run_steps(step, make_epoch, steps, warmup, dev, check)
+        meter = run_steps(train_step, make_epoch, steps, warmup, dev, check)
     finally:
         close()
     images_per_s = meter.images_per_s
@@ -189,6 +207,7 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
     if val_split is not None:
         val = validate(step, loader, settings, dataset, batch_size, size, decode, workers, dali_threads,
                        {**loader_config, "split": val_split, "shuffle": False})
+    outputs = write_outputs(step, settings, checkpoint_url, events_url, losses, images_per_s) if rank == 0 else {}
     if joined:
         import torch.distributed as dist
 
@@ -198,7 +217,7 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
               "workers": workers if decode == "torch" else fetch_workers, "ranks": world,
               "loader_config": {k: v for k, v in loader_config.items() if "password" not in k}}
     extra = {"loss": round(loss, 4), "timed_images": meter.images, "timed_seconds": round(meter.seconds, 3),
-             "wall_seconds": round(wall, 2), **(val if val_split is not None else {})}
+             "wall_seconds": round(wall, 2), **(val if val_split is not None else {}), **outputs}
     name = f"train_torch-{loader}-{decode}"
     if quiet:
         row = {"pipeline": name, **config, "images_per_s": images_per_s, "ceiling_images_per_s": top,
@@ -208,6 +227,32 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
                      extra=extra)
     return {**row, "images_per_s": images_per_s, "ceiling": top, "ratio": ratio_of(images_per_s, top),
             "loss": loss}
+
+
+def write_outputs(step: TrainStep, settings, checkpoint_url: str | None, events_url: str | None, losses: list,
+                  images_per_s: float) -> dict[str, str]:
+    """The trained state dict to `checkpoint_url`, an event file of the run into the directory `events_url`;
+    the row's ``checkpoint_url`` / ``events_file``. A failed write leaves no partial ignite:// file."""
+    import torch
+
+    from workbench.checkpoints.events import EventWriter, event_file_name
+    from workbench.checkpoints.files import join_url, open_url
+
+    written: dict[str, str] = {}
+    if checkpoint_url:
+        model = getattr(step.model, "module", step.model)  # DistributedDataParallel wraps it
+        with open_url(checkpoint_url, "wb", settings) as f:
+            torch.save(model.state_dict(), f)
+        written["checkpoint_url"] = checkpoint_url
+    if events_url:
+        url = join_url(events_url, event_file_name())
+        now = time.time()
+        with EventWriter(open_url(url, "wb", settings)) as events:
+            for i, loss in enumerate(losses, start=1):
+                events.scalars(i, {"train/loss": float(loss.float().item())}, wall_time=now)
+            events.scalars(len(losses), {"train/images_per_s": images_per_s}, wall_time=now)
+        written["events_file"] = url
+    return written
 
 
 def validate(step: TrainStep, loader: str, settings, dataset: str, batch_size: int, size: int, decode: str,
@@ -278,6 +323,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="train")
     p.add_argument("--val-split", default=None, help="then classify this split once: validation accuracy")
     p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--checkpoint-url", default=None,
+                   help="write the trained state dict here (torch.save): ignite://CACHE/path, file://, s3://...")
+    p.add_argument("--events-url", default=None,
+                   help="write a TensorBoard event file of the run into this directory (ignite://CACHE/dir, ...)")
     add_run_flags(p)
     return p
 
@@ -289,7 +338,8 @@ def main(argv: list[str] | None = None) -> dict:
                  device=args.device, amp=False if args.no_amp else None, threads=args.threads,
                  dali_threads=args.dali_threads, fetch_workers=args.fetch_workers, warmup=args.warmup,
                  results_dir=args.results_dir, val_split=args.val_split, lr=args.lr,
-                 split=args.split, **loader_options(args.option))
+                 split=args.split, checkpoint_url=args.checkpoint_url, events_url=args.events_url,
+                 **loader_options(args.option))
 
 
 if __name__ == "__main__":

@@ -229,16 +229,13 @@ def _ignite_connect_error(where: str, options: dict[str, object], failure: str) 
         return (f"Ignite at {where} refused the login of user '{user}' ({reason}): wrong user name or password; "
                 "check WORKBENCH_IGNITE_USERNAME / WORKBENCH_IGNITE_PASSWORD (or the loader's username/password)"), True
     certfile = options.get("ssl_certfile")
-    if kind.startswith("SSL") or closed:
-        if certfile is None and (_NO_CERTIFICATE.search(reason) or (tls and _BAD_CERTIFICATE.search(reason))):
-            return f"Ignite at {where} requires a client certificate ({reason}): {CERTIFICATE_HINT}", True
-        if certfile is not None and _BAD_CERTIFICATE.search(reason):
-            return (f"Ignite at {where} refused the client certificate {certfile} ({reason}): give one signed by a "
-                    "CA in the node's trust store (sslContextFactory trustStore)"), True
-        if certfile is not None and _KEY_FILE_PROBLEM.search(reason):
-            return (f"cannot use the client certificate {certfile} / key {options.get('ssl_keyfile') or certfile} "
-                    f"for Ignite at {where} ({reason}): wrong cert_password for an encrypted key, or a key that "
-                    "does not match the certificate"), True
+    if certfile is not None and _KEY_FILE_PROBLEM.search(reason):
+        return (f"cannot use the client certificate {certfile} / key {options.get('ssl_keyfile') or certfile} "
+                f"for Ignite at {where} ({reason}): wrong cert_password for an encrypted key, or a key that "
+                "does not match the certificate"), True
+    alert = bool(_NO_CERTIFICATE.search(reason) or _BAD_CERTIFICATE.search(reason))  # the server spoke TLS
+    if tls and alert:
+        return _certificate_refused(where, certfile, reason), True
     if kind == "SSLCertVerificationError":
         return (f"cannot verify the TLS certificate of Ignite at {where} ({reason}) with CA file "
                 f"{options.get('ssl_ca_certfile')}: set WORKBENCH_TLS_CA_FILE to the CA that signed it"), True
@@ -250,6 +247,9 @@ def _ignite_connect_error(where: str, options: dict[str, object], failure: str) 
     if closed and not tls and speaks_tls(host, int(port), min(timeout_s, 5.0)):
         return (f"Ignite at {where} closed the connection during the handshake ({reason}): the port speaks TLS; "
                 "set WORKBENCH_TLS=1 (and WORKBENCH_TLS_CA_FILE to its CA)"), True
+    # A node with sslClientAuth closes the connection without a TLS alert: only a probe tells why.
+    if tls and (kind.startswith("SSL") or closed) and wants_client_certificate(host, int(port), min(timeout_s, 3.0)):
+        return _certificate_refused(where, certfile, reason), True
     if kind == "ConnectionRefusedError":
         return (f"cannot reach Ignite at {where}: connection refused; is the stack up? (`workbench stack status`)",
                 False)
@@ -258,6 +258,41 @@ def _ignite_connect_error(where: str, options: dict[str, object], failure: str) 
                 "is the stack up? (`workbench stack status`)"), False
     return (f"cannot reach Ignite at {where}: {kind}: {reason}; is the stack up? (`workbench stack status`)",
             False)
+
+
+def _certificate_refused(where: str, certfile: object, reason: str) -> str:
+    if certfile is None:
+        return f"Ignite at {where} requires a client certificate ({reason}): {CERTIFICATE_HINT}"
+    return (f"Ignite at {where} refused the client certificate {certfile} ({reason}): give one signed by a CA in "
+            "the node's trust store (sslContextFactory trustStore)")
+
+
+def wants_client_certificate(host: str, port: int, timeout_s: float) -> bool:
+    """Whether the TLS server at host:port refuses a connection that presents no client certificate.
+
+    A server that requires one refuses the handshake (TLS 1.2 asks during it) or, with TLS 1.3, closes the
+    connection right after it (Ignite sends no alert: the client sees only an EOF); any other server waits
+    for the client to speak. The server's certificate is not checked here: this only explains a failure.
+    """
+    import socket
+
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout_s) as raw, \
+                context.wrap_socket(raw, suppress_ragged_eofs=False) as conn:
+            conn.settimeout(timeout_s)
+            try:
+                return conn.recv(1) == b""
+            except TimeoutError:
+                return False
+            except (ssl.SSLError, ConnectionError):
+                return True
+    except ssl.SSLError:
+        return True
+    except OSError:
+        return False
 
 
 # ------------------------------------------------------- endpoints, per-thread clients, caches and partitions

@@ -16,6 +16,7 @@ import copy
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,44 @@ def synchronize(device) -> None:
 def default_model(device) -> tuple[str, int]:
     """(architecture, image size): resnet50 at 224 px on a GPU, resnet18 at 112 px on a CPU."""
     return ("resnet50", 224) if getattr(device, "type", str(device)) == "cuda" else ("resnet18", 112)
+
+
+def classifier_defaults(device) -> tuple[str, int, int]:
+    """(architecture, image size, batch size) of the classifiers: `default_model`, batches of 128 GPU / 32 CPU."""
+    arch, size = default_model(device)
+    return arch, size, 128 if getattr(device, "type", str(device)) == "cuda" else 32
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a pipeline trains on and with: the device, the model, the image size, the batch and warm-up."""
+
+    device: Any
+    arch: str
+    size: int
+    batch_size: int
+    warmup: int
+
+
+def plan_run(steps: int, *, model: str | None = None, size: int | None = None, batch_size: int | None = None,
+             warmup: int | None = None, threads: int | None = None, device: str | None = None,
+             defaults: Callable[[Any], tuple[str, int, int]] = classifier_defaults) -> RunPlan:
+    """The choices every pipeline makes first: CPU threads, device, then what the caller left open from
+    `defaults(device)` -> (architecture, size, batch size); warm-up `default_warmup`, at most steps - 1."""
+    set_cpu_threads(threads)
+    dev = pick_device(device)
+    arch, default_size, default_batch = defaults(dev)
+    return RunPlan(dev, model or arch, size or default_size, batch_size or default_batch,
+                   default_warmup(steps) if warmup is None else min(warmup, steps - 1))
+
+
+def settings_or_default(settings=None):
+    """`settings`, or the environment's `workbench.config.Settings()` when None (the pipelines' callers may omit it)."""
+    if settings is not None:
+        return settings
+    from workbench.config import Settings
+
+    return Settings()
 
 
 def tiny_cnn(num_outputs: int):
@@ -375,16 +414,43 @@ def loader_options(pairs: list[str] | None) -> dict[str, Any]:
     return options
 
 
-def train_blob_labels(task: str, step: TrainStep, transform: Callable, score: tuple[str, Callable[..., float]], *,
-                      loader: str, settings, dataset: str, arch: str, size: int, num_classes: int, batch_size: int,
-                      steps: int, warmup: int, workers: int, ceiling: bool, results_dir,
-                      loader_config: dict[str, Any]) -> dict:
-    """The loop of the blob-label pipelines: train from `loader`, score the last batch, measure, report.
+@dataclass(frozen=True)
+class BlobTask:
+    """A pipeline whose labels are blobs (segmentation masks, multi-hot vectors): what differs between them.
 
-    `score` is (name, fn(step, images, targets)) evaluated on the last training batch after its step.
+    `build_model(arch, num_classes)`, `loss()`, `make_batch(size, num_classes, device)` (the ceiling's
+    synthetic batches), `transform(size, num_classes)` (item -> (image, target), picklable for workers),
+    `score` = (name, fn(step, images, targets)) on the last training batch, `defaults(device)` ->
+    (architecture, size, batch size).
     """
-    dev = step.device
-    epochs = torch_loader_epochs(loader, settings, dataset, transform, batch_size, workers, dev, **loader_config)
+
+    name: str
+    build_model: Callable[[str, int], Any]
+    loss: Callable[[], Any]
+    make_batch: Callable[[int, int, Any], Callable[[int], tuple]]
+    transform: Callable[[int, int], Callable]
+    score: tuple[str, Callable[..., float]]
+    defaults: Callable[[Any], tuple[str, int, int]] = classifier_defaults
+
+
+def train_blob_labels(task: BlobTask, dataset: str, settings=None, steps: int = 20, batch_size: int | None = None,
+                      *, loader: str = "cassandra", model: str | None = None, size: int | None = None,
+                      num_classes: int = 10, workers: int = 2, threads: int | None = None, warmup: int | None = None,
+                      lr: float = 0.01, ceiling: bool = True, results_dir=None, **loader_config: Any) -> dict:
+    """Train `task`'s model `steps` steps from `loader` (label_type blob), score the last batch, measure, report.
+
+    Returns the report row with ``images_per_s``, ``ceiling``, ``ratio``, ``loss`` and the task's score.
+    Extra keyword arguments are loader settings.
+    """
+    settings = settings_or_default(settings)
+    plan = plan_run(steps, model=model, size=size, batch_size=batch_size, warmup=warmup, threads=threads,
+                    defaults=task.defaults)
+    dev, arch, size, batch_size, warmup = plan.device, plan.arch, plan.size, plan.batch_size, plan.warmup
+    loader_config = {"label_type": "blob", **loader_config}
+    step = TrainStep(task.build_model(arch, num_classes), task.loss(), dev, lr=lr,
+                     make_batch=task.make_batch(size, num_classes, dev))
+    epochs = torch_loader_epochs(loader, settings, dataset, task.transform(size, num_classes), batch_size, workers,
+                                 dev, **loader_config)
     last: list = []
 
     def keep(images, targets) -> None:
@@ -394,19 +460,24 @@ def train_blob_labels(task: str, step: TrainStep, transform: Callable, score: tu
     meter = run_steps(step, epochs, steps, warmup, dev, check=keep)
     wall = time.perf_counter() - started
     loss = step.last_loss
-    score_name, score_fn = score
+    score_name, score_fn = task.score
     value = score_fn(step, *last)
     top = no_io_ceiling(step.clone(), batch_size, steps, warmup=warmup) if ceiling else math.nan
 
-    config = {"loader": loader, "dataset": dataset, "task": task, "model": arch, "size": size,
+    config = {"loader": loader, "dataset": dataset, "task": task.name, "model": arch, "size": size,
               "num_classes": num_classes, "batch_size": batch_size, "steps": steps, "warmup": warmup,
-              "device": str(dev), "amp": step.amp, "workers": workers,
-              "loader_config": {k: v for k, v in loader_config.items() if "password" not in k}}
+              "device": str(dev), "amp": step.amp, "workers": workers, "loader_config": public_config(loader_config)}
     extra = {"loss": round(loss, 4), score_name: round(value, 4), "timed_images": meter.images,
              "wall_seconds": round(wall, 2)}
-    row = report(f"{task}-{loader}", meter.images_per_s, top, config, results_dir, settings=settings, extra=extra)
+    row = report(f"{task.name}-{loader}", meter.images_per_s, top, config, results_dir, settings=settings,
+                 extra=extra)
     return {**row, "images_per_s": meter.images_per_s, "ceiling": top, "ratio": ratio_of(meter.images_per_s, top),
             "loss": loss, score_name: value}
+
+
+def public_config(loader_config: dict[str, Any]) -> dict[str, Any]:
+    """The loader settings a results row may show: passwords left out."""
+    return {k: v for k, v in loader_config.items() if "password" not in k}
 
 
 def add_run_flags(parser: argparse.ArgumentParser, option_help: str = "loader setting, repeatable "
@@ -415,6 +486,22 @@ def add_run_flags(parser: argparse.ArgumentParser, option_help: str = "loader se
     parser.add_argument("--warmup", type=int, default=None, help="untimed first steps (default: steps/10, 1..10)")
     parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help=option_help)
     parser.add_argument("--results-dir", default=None, help="also write a results row (json + csv) here")
+
+
+def add_classifier_flags(parser: argparse.ArgumentParser, *, model_help: str = "tiny, small or a torchvision "
+                         "model (default: resnet50 GPU, resnet18 CPU)", model_choices: list[str] | None = None,
+                         threads_help: str = "torch intra-op threads (CPU training)",
+                         val_split_help: str = "then classify this split once: validation accuracy") -> None:
+    """The flags of the classifier pipelines (torch, Lightning, Keras): steps, model, batch, splits, learning rate."""
+    parser.add_argument("--steps", type=int, default=50, help="training steps (the first few are warm-up, untimed)")
+    parser.add_argument("--batch-size", type=int, default=None, help="default: 128 on a GPU, 32 on a CPU")
+    parser.add_argument("--model", default=None, choices=model_choices, help=model_help)
+    parser.add_argument("--size", type=int, default=None, help="image side (default: 224 GPU, 112 CPU)")
+    parser.add_argument("--num-classes", type=int, default=1000)
+    parser.add_argument("--threads", type=int, default=None, help=threads_help)
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--val-split", default=None, help=val_split_help)
+    parser.add_argument("--lr", type=float, default=0.01)
 
 
 def blob_label_parser(prog: str, description: str, kind: str, num_classes_help: str,
@@ -439,18 +526,16 @@ def blob_label_parser(prog: str, description: str, kind: str, num_classes_help: 
     return p
 
 
-def blob_label_main(args: argparse.Namespace, kind: str, train: Callable[..., dict]) -> dict:
-    """Ingest first when asked (--ingest N), then train: the main of the blob-label pipelines."""
-    from workbench.config import Settings
-
-    settings = Settings()
+def blob_label_main(args: argparse.Namespace, task: BlobTask) -> dict:
+    """Ingest first when asked (--ingest N synthetic samples of the task's kind), then train: the blob-label main."""
+    settings = settings_or_default()
     if args.ingest:
-        ingest_synthetic(args.loader, settings, args.dataset, args.ingest, kind, args.num_classes, args.mean_kb,
+        ingest_synthetic(args.loader, settings, args.dataset, args.ingest, task.name, args.num_classes, args.mean_kb,
                          label_type="blob")
-    return train(args.dataset, settings, steps=args.steps, batch_size=args.batch_size, loader=args.loader,
-                 model=args.model, size=args.size, num_classes=args.num_classes, workers=args.workers,
-                 threads=args.threads, warmup=args.warmup, results_dir=args.results_dir,
-                 **loader_options(args.option))
+    return train_blob_labels(task, args.dataset, settings, steps=args.steps, batch_size=args.batch_size,
+                             loader=args.loader, model=args.model, size=args.size, num_classes=args.num_classes,
+                             workers=args.workers, threads=args.threads, warmup=args.warmup,
+                             results_dir=args.results_dir, **loader_options(args.option))
 
 
 def run_cli(main: Callable[[list[str]], Any], argv: list[str]) -> None:

@@ -23,16 +23,13 @@ import torch
 from torch import nn
 
 from pipelines.common import (
+    BlobTask,
     TrainStep,
     blob_label,
     blob_label_main,
     blob_label_parser,
     build_classifier,
-    default_model,
-    default_warmup,
-    pick_device,
     run_cli,
-    set_cpu_threads,
     train_blob_labels,
 )
 
@@ -80,30 +77,17 @@ def exact_match(step: TrainStep, images: torch.Tensor, targets: torch.Tensor) ->
     return float((predicted == targets.to(step.device).bool()).all(1).float().mean())
 
 
-def train(dataset: str, settings=None, steps: int = 20, batch_size: int | None = None, *, loader: str = "cassandra",
-          model: str | None = None, size: int | None = None, num_classes: int = 10, workers: int = 2,
-          threads: int | None = None, warmup: int | None = None, lr: float = 0.01, ceiling: bool = True,
-          results_dir=None, **loader_config: Any) -> dict:
-    """Train the multi-label classifier `steps` steps from `loader` (label_type blob); returns the report row."""
-    if settings is None:
-        from workbench.config import Settings
+MULTILABEL = BlobTask("multilabel", build_classifier, nn.BCEWithLogitsLoss, multilabel_batch, multilabel_transform,
+                      ("exact_match", exact_match))
 
-        settings = Settings()
-    set_cpu_threads(threads)
-    dev = pick_device()
-    arch, default_size = default_model(dev)
-    arch, size = model or arch, size or default_size
-    batch_size = batch_size or (128 if dev.type == "cuda" else 32)
-    warmup = default_warmup(steps) if warmup is None else min(warmup, steps - 1)
-    loader_config = {"label_type": "blob", **loader_config}
 
-    step = TrainStep(build_classifier(arch, num_classes), nn.BCEWithLogitsLoss(), dev, lr=lr,
-                     make_batch=multilabel_batch(size, num_classes, dev))
-    return train_blob_labels(
-        "multilabel", step, multilabel_transform(size, num_classes), ("exact_match", exact_match),
-        loader=loader, settings=settings,
-        dataset=dataset, arch=arch, size=size, num_classes=num_classes, batch_size=batch_size, steps=steps,
-        warmup=warmup, workers=workers, ceiling=ceiling, results_dir=results_dir, loader_config=loader_config)
+def train(dataset: str, settings=None, steps: int = 20, batch_size: int | None = None, **options: Any) -> dict:
+    """Train the multi-label classifier `steps` steps (label_type blob); returns the report row.
+
+    Options as `pipelines.common.train_blob_labels`: loader (default cassandra), model, size, num_classes
+    (10), workers, threads, warmup, lr, ceiling, results_dir, then loader settings.
+    """
+    return train_blob_labels(MULTILABEL, dataset, settings, steps, batch_size, **options)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -113,7 +97,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    return blob_label_main(parser().parse_args(argv), "multilabel", train)
+    return blob_label_main(parser().parse_args(argv), MULTILABEL)
 
 
 if __name__ == "__main__":

@@ -24,14 +24,12 @@ import torch
 from torch import nn
 
 from pipelines.common import (
+    BlobTask,
     TrainStep,
     blob_label,
     blob_label_main,
     blob_label_parser,
-    default_warmup,
-    pick_device,
     run_cli,
-    set_cpu_threads,
     train_blob_labels,
 )
 
@@ -118,31 +116,22 @@ def pixel_accuracy(step: TrainStep, images: torch.Tensor, masks: torch.Tensor) -
     return float((predicted == masks.to(step.device)).float().mean())
 
 
-def train(dataset: str, settings=None, steps: int = 20, batch_size: int | None = None, *, loader: str = "cassandra",
-          model: str | None = None, size: int | None = None, num_classes: int = 10, workers: int = 2,
-          threads: int | None = None, warmup: int | None = None, lr: float = 0.01, ceiling: bool = True,
-          results_dir=None, **loader_config: Any) -> dict:
-    """Train the segmentation model `steps` steps from `loader` (label_type blob); returns the report row."""
-    if settings is None:
-        from workbench.config import Settings
+def segmentation_defaults(device) -> tuple[str, int, int]:
+    """FCN-ResNet50 at 224 px in batches of 32 on a GPU, the tiny FCN at 96 px in batches of 16 on a CPU."""
+    return ("fcn_resnet50", 224, 32) if device.type == "cuda" else ("tiny", 96, 16)
 
-        settings = Settings()
-    set_cpu_threads(threads)
-    dev = pick_device()
-    cuda = dev.type == "cuda"
-    arch = model or ("fcn_resnet50" if cuda else "tiny")
-    size = size or (224 if cuda else 96)
-    batch_size = batch_size or (32 if cuda else 16)
-    warmup = default_warmup(steps) if warmup is None else min(warmup, steps - 1)
-    loader_config = {"label_type": "blob", **loader_config}
 
-    step = TrainStep(build_model(arch, num_classes), nn.CrossEntropyLoss(), dev, lr=lr,
-                     make_batch=segmentation_batch(size, num_classes, dev))
-    return train_blob_labels(
-        "segmentation", step, segmentation_transform(size, num_classes), ("pixel_accuracy", pixel_accuracy),
-        loader=loader, settings=settings,
-        dataset=dataset, arch=arch, size=size, num_classes=num_classes, batch_size=batch_size, steps=steps,
-        warmup=warmup, workers=workers, ceiling=ceiling, results_dir=results_dir, loader_config=loader_config)
+SEGMENTATION = BlobTask("segmentation", build_model, nn.CrossEntropyLoss, segmentation_batch, segmentation_transform,
+                        ("pixel_accuracy", pixel_accuracy), segmentation_defaults)
+
+
+def train(dataset: str, settings=None, steps: int = 20, batch_size: int | None = None, **options: Any) -> dict:
+    """Train the segmentation model `steps` steps (label_type blob); returns the report row.
+
+    Options as `pipelines.common.train_blob_labels`: loader (default cassandra), model, size, num_classes
+    (10), workers, threads, warmup, lr, ceiling, results_dir, then loader settings.
+    """
+    return train_blob_labels(SEGMENTATION, dataset, settings, steps, batch_size, **options)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -151,7 +140,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    return blob_label_main(parser().parse_args(argv), "segmentation", train)
+    return blob_label_main(parser().parse_args(argv), SEGMENTATION)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,11 @@ Sources:
 
 * ``ignite-dataset``: `workbench.compat.ignite_dataset.IgniteDataset` over the dataset's cache, the API of the
   TensorFlow-on-Ignite article: elements ``{'key', 'val': {'id', 'split', 'label', 'data', ...}}``,
-  filtered to ``--split``, reshaped to ``{'data', 'label'}``. One scan per epoch, cache order.
+  filtered to ``--split``, reshaped to ``{'data', 'label'}``. One scan per epoch, cache order; with
+  ``-o shuffle=true`` tf.data's buffer shuffle (``shuffle_buffer``, default 1024, ``seed``), a new
+  order every epoch (the article's pipeline is plain tf.data, so `Dataset.shuffle` applies).
 * any registered loader name (``ignite``, ``cassandra``, ``s3-shards``...): `workbench.adapters.tf.tf_dataset`,
-  the loader's own strategy and per-epoch shuffle.
+  the loader's own strategy and per-epoch shuffle (``-o ordered=false``: out-of-order delivery).
 
 Then `decode_images` (parallel JPEG decode, resize, center crop), batch, prefetch, and ``model.fit`` for
 ``--steps`` steps. The model is a small CNN (ResNet50 with mixed_float16 when TensorFlow sees a GPU;
@@ -30,10 +32,22 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from pipelines.common import Meter, add_run_flags, default_warmup, loader_options, ratio_of, report, run_cli
+from pipelines.common import (
+    Meter,
+    add_classifier_flags,
+    add_run_flags,
+    default_warmup,
+    loader_options,
+    public_config,
+    ratio_of,
+    report,
+    run_cli,
+    settings_or_default,
+)
 from workbench.errors import WorkbenchError
 
 IGNITE_DATASET = "ignite-dataset"
+IGNITE_DATASET_OPTIONS = ("page_size", "cache_name", "shuffle", "shuffle_buffer", "seed")
 EPOCHS_AHEAD = 16  # distinct shuffled epochs chained before the dataset repeats
 
 
@@ -109,31 +123,8 @@ def elements(source: str, dataset: str, settings, split: str = "train", repeat: 
 
     With ``repeat=False``: one epoch (one scan of the cache for ignite-dataset), for validation.
     """
-    from workbench.tf_import import tensorflow
-    tf = tensorflow()
-
     if source == IGNITE_DATASET:
-        from workbench.backends import locate
-        from workbench.compat.ignite_dataset import IgniteDataset
-
-        page_size = int(config.pop("page_size", 100))
-        cache = config.pop("cache_name", None) or locate(settings, "ignite", dataset).get("cache")
-        if not cache:
-            raise WorkbenchError(f"no Ignite cache recorded for dataset {dataset}: ingest it into ignite first")
-        if config:
-            raise WorkbenchError(f"{IGNITE_DATASET} takes no loader options besides cache_name ({', '.join(config)})")
-        scan = IgniteDataset(cache, settings=settings, page_size=page_size)
-        # binary objects name their fields as written (split, label, data), SQL tables in upper case
-        names = {name.lower(): name for name in scan.element_spec["val"]}
-        missing = {"split", "label", "data"} - set(names)
-        if missing:
-            raise WorkbenchError(f"Ignite cache {cache} has no {', '.join(sorted(missing))} field: "
-                                 "not a workbench layout")
-        wanted = tf.constant(split)
-        chosen = scan.filter(lambda e: tf.equal(e["val"][names["split"]], wanted)).map(
-            lambda e: {"data": e["val"][names["data"]], "label": tf.cast(e["val"][names["label"]], tf.int64)})
-        return chosen.repeat() if repeat else chosen
-
+        return _ignite_elements(dataset, settings, split, repeat, **config)
     from workbench.adapters.tf import tf_dataset
 
     def one(epoch: int):
@@ -143,6 +134,41 @@ def elements(source: str, dataset: str, settings, split: str = "train", repeat: 
         return one(0).map(lambda e: {"data": e["data"], "label": e["label"]})
     epochs = reduce(lambda a, b: a.concatenate(b), (one(e) for e in range(1, EPOCHS_AHEAD)), one(0))
     return epochs.map(lambda e: {"data": e["data"], "label": e["label"]}).repeat()
+
+
+def _ignite_elements(dataset: str, settings, split: str, repeat: bool, **config: Any):
+    """`elements` from TF's IgniteDataset (a scan of the cache), shuffled by tf.data when `shuffle` is set."""
+    from workbench.backends import locate
+    from workbench.compat.ignite_dataset import IgniteDataset
+    from workbench.tf_import import tensorflow
+    tf = tensorflow()
+
+    unknown = sorted(set(config) - set(IGNITE_DATASET_OPTIONS))
+    if unknown:
+        raise WorkbenchError(f"{IGNITE_DATASET} takes only the options {', '.join(IGNITE_DATASET_OPTIONS)}, "
+                             f"not {', '.join(unknown)}: the others are loader settings (use --source ignite)")
+    page_size = int(config.get("page_size", 100))
+    cache = config.get("cache_name") or locate(settings, "ignite", dataset).get("cache")
+    if not cache:
+        raise WorkbenchError(f"no Ignite cache recorded for dataset {dataset}: ingest it into ignite first")
+    scan = IgniteDataset(cache, settings=settings, page_size=page_size)
+    # binary objects name their fields as written (split, label, data), SQL tables in upper case
+    names = {name.lower(): name for name in scan.element_spec["val"]}
+    missing = {"split", "label", "data"} - set(names)
+    if missing:
+        raise WorkbenchError(f"Ignite cache {cache} has no {', '.join(sorted(missing))} field: not a workbench layout")
+    wanted = tf.constant(split)
+    chosen = scan.filter(lambda e: tf.equal(e["val"][names["split"]], wanted)).map(
+        lambda e: {"data": e["val"][names["data"]], "label": tf.cast(e["val"][names["label"]], tf.int64)})
+    if _flag(config.get("shuffle", False)):  # a new order each epoch (each repetition of the scan)
+        chosen = chosen.shuffle(int(config.get("shuffle_buffer", 1024)), seed=int(config.get("seed", 0)),
+                                reshuffle_each_iteration=True)
+    return chosen.repeat() if repeat else chosen
+
+
+def _flag(value: Any) -> bool:
+    """A boolean option as given in Python or by ``-o key=value`` (JSON true/false, or the strings)."""
+    return value.lower() in ("1", "true", "yes") if isinstance(value, str) else bool(value)
 
 
 def input_pipeline(source: str, dataset: str, settings, batch_size: int, size: int, split: str = "train",
@@ -193,10 +219,7 @@ def train(source: str, dataset: str, settings=None, steps: int = 20, batch_size:
     from workbench.tf_import import tensorflow
     tf = tensorflow()
 
-    if settings is None:
-        from workbench.config import Settings
-
-        settings = Settings()
+    settings = settings_or_default(settings)
     gpu = tf_gpu()
     arch = model or ("resnet50" if gpu else "tiny")
     size = size or (224 if gpu else 112)
@@ -226,7 +249,7 @@ def train(source: str, dataset: str, settings=None, steps: int = 20, batch_size:
 
     config = {"source": source, "dataset": dataset, "split": split, "model": arch, "size": size,
               "batch_size": batch_size, "steps": steps, "warmup": warmup, "gpu": gpu,
-              "loader_config": {k: v for k, v in loader_config.items() if "password" not in k}}
+              "loader_config": public_config(loader_config)}
     extra = {"loss": round(loss, 4), "timed_images": meter.meter.images, "wall_seconds": round(wall, 2)}
     if val_split is not None:
         extra |= validate(net, source, dataset, settings, batch_size, size, val_split, **loader_config)
@@ -239,7 +262,7 @@ def validate(net, source: str, dataset: str, settings, batch_size: int, size: in
     """One pass of `net` over `split` (inference mode), through the same input pipeline: accuracy keys."""
     from pipelines.accuracy import accuracy_row
 
-    config = {**config, "shuffle": False} if source != IGNITE_DATASET else config
+    config = {**config, "shuffle": False}  # one pass in the stored order
     correct = seen = 0
     for images, labels in input_pipeline(source, dataset, settings, batch_size, size, split, repeat=False, **config):
         predicted = net(images, training=False).numpy().argmax(axis=1)
@@ -255,14 +278,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--source", required=True, choices=[IGNITE_DATASET, *sorted(LOADERS)],
                    help="ignite-dataset (TF IgniteDataset) or a registered loader through tf_dataset")
     p.add_argument("--dataset", required=True)
-    p.add_argument("--split", default="train")
-    p.add_argument("--steps", type=int, default=50)
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--model", default=None, choices=["tiny", "small", "resnet50"])
-    p.add_argument("--size", type=int, default=None)
-    p.add_argument("--num-classes", type=int, default=1000)
-    p.add_argument("--threads", type=int, default=None, help="TensorFlow intra/inter-op threads")
-    add_run_flags(p, option_help="loader setting (or page_size / cache_name for ignite-dataset)")
+    add_classifier_flags(p, model_help="default: resnet50 when TensorFlow sees a GPU, tiny otherwise",
+                         model_choices=["tiny", "small", "resnet50"], threads_help="TensorFlow intra/inter-op threads")
+    add_run_flags(p, option_help="loader setting (or page_size, cache_name, shuffle, shuffle_buffer, seed for "
+                  "ignite-dataset)")
     return p
 
 
@@ -270,7 +289,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser().parse_args(argv)
     return train(args.source, args.dataset, steps=args.steps, batch_size=args.batch_size, model=args.model,
                  size=args.size, num_classes=args.num_classes, split=args.split, threads=args.threads,
-                 warmup=args.warmup, results_dir=args.results_dir, **loader_options(args.option))
+                 warmup=args.warmup, lr=args.lr, results_dir=args.results_dir, val_split=args.val_split,
+                 **loader_options(args.option))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
     python -m pipelines.train_lightning --loader cassandra --dataset D --steps 50
     python -m pipelines.train_lightning --loader s3-shards --dataset D --val-split val
+    python -m torch.distributed.run --standalone --nproc-per-node=2 -m pipelines.train_lightning --loader fs \
+        --dataset D --val-split val --device cpu        # 2 ranks: Lightning's DDP (gloo on a CPU)
 
 Like the cassandra-dali-plugin's Lightning variant of its classification example: the data module
 hands Lightning one DataLoader per stage (torchvision decode in worker processes, `LoaderDataset`),
@@ -12,8 +14,14 @@ Train/val: with ``--val-split NAME`` the two splits as ingested; otherwise the s
 with the loaders' own sharding (train = shard 2r, val = shard 2r+1 of 2 x world size for rank r), so
 the halves never overlap and distributed ranks still read disjoint data.
 
+Ranks: under torchrun (WORLD_SIZE > 1) the Trainer uses ``strategy="ddp"`` with one device per
+process; each rank reads its own shard (the data module shards by ``global_rank``), and the validation
+counts (correct, seen) are summed over the ranks, so ``val_samples`` is the whole split once.
+
 Reported as the other pipelines: images/s over the timed training steps, and the ratio to the same
-module fitted for the same steps on synthetic batches already on the device (no I/O, no decode).
+module fitted for the same steps on synthetic batches already on the device (no I/O, no decode; not
+measured with several ranks). With ``--val-split`` and `validate_all`, ``val_accuracy`` is the share of
+the whole validation split classified right.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+import os
 import sys
 import time
 import warnings
@@ -31,20 +40,21 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
+from pipelines.accuracy import accuracy_row
 from pipelines.common import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     Meter,
+    add_classifier_flags,
     add_run_flags,
     build_classifier,
-    default_model,
-    default_warmup,
     loader_options,
-    pick_device,
+    plan_run,
+    public_config,
     ratio_of,
     report,
     run_cli,
-    set_cpu_threads,
+    settings_or_default,
 )
 
 
@@ -63,10 +73,7 @@ class LoaderDataModule(L.LightningDataModule):
     def _data(self, **config: Any):
         from workbench.adapters.torch import LoaderDataset, decode_transform
 
-        if self.settings is None:
-            from workbench.config import Settings
-
-            self.settings = Settings()
+        self.settings = settings_or_default(self.settings)
         merged = {**self.loader_config, **config}
         return LoaderDataset(self.loader, self.settings, transform=decode_transform(self.size), dataset=self.dataset,
                              **merged)
@@ -110,6 +117,8 @@ class Classifier(L.LightningModule):
         self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1) * 255, persistent=False)
         self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1) * 255, persistent=False)
         self.last_loss = math.nan
+        self.val_counts = torch.zeros(2, dtype=torch.int64)  # (correct, seen) of this rank's validation pass
+        self.val_correct = self.val_seen = 0  # of the last validation pass, all ranks together
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         if images.dtype == torch.uint8:
@@ -125,11 +134,21 @@ class Classifier(L.LightningModule):
         self.last_loss = loss.detach()
         return loss
 
+    def on_validation_epoch_start(self) -> None:
+        self.val_counts = torch.zeros(2, dtype=torch.int64, device=self.device)
+
     def validation_step(self, batch, batch_idx: int):
         images, labels = batch
         logits = self(images)
-        self.log("val_loss", self.loss_fn(logits, labels), batch_size=len(labels))
-        self.log("val_acc", (logits.argmax(1) == labels).float().mean(), batch_size=len(labels))
+        right = logits.argmax(1) == labels
+        self.val_counts += torch.stack([right.sum(), torch.tensor(len(labels), device=right.device)])
+        self.log("val_loss", self.loss_fn(logits, labels), batch_size=len(labels), sync_dist=True)
+        self.log("val_acc", right.float().mean(), batch_size=len(labels), sync_dist=True)
+
+    def on_validation_epoch_end(self) -> None:
+        """Every rank validated its shard: the counts summed over the ranks (one all-reduce under DDP)."""
+        counts = self.trainer.strategy.reduce(self.val_counts, reduce_op="sum")
+        self.val_correct, self.val_seen = int(counts[0]), int(counts[1])
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
@@ -168,33 +187,46 @@ class _Repeat(IterableDataset):
             yield self.batch
 
 
+def ranks() -> int:
+    """The world size torchrun gave this process (1 when not launched by it)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def _trainer(steps: int, device, callbacks: list, val_batches: int | float = 0) -> L.Trainer:
+    """One process per device; under torchrun (WORLD_SIZE > 1) DDP over its processes (gloo on a CPU)."""
     cuda = device.type == "cuda"
-    return L.Trainer(accelerator="gpu" if cuda else "cpu", devices=1, precision="16-mixed" if cuda else "32-true",
+    world = ranks()
+    if world > 1:
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+        placement = {"strategy": "ddp", "devices": per_node, "num_nodes": world // per_node}
+    else:
+        placement = {"devices": 1}
+    return L.Trainer(accelerator="gpu" if cuda else "cpu", precision="16-mixed" if cuda else "32-true",
                      max_steps=steps, max_epochs=-1, limit_train_batches=steps, limit_val_batches=val_batches,
                      num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                     enable_model_summary=False, callbacks=callbacks)
+                     enable_model_summary=False, use_distributed_sampler=False, callbacks=callbacks, **placement)
 
 
 def train(loader: str, dataset: str, settings=None, steps: int = 20, batch_size: int | None = None, *,
           model: str | None = None, size: int | None = None, num_classes: int = 1000, workers: int = 2,
-          val_split: str | None = None, val_batches: int = 2, threads: int | None = None,
+          val_split: str | None = None, val_batches: int = 2, threads: int | None = None, device: str | None = None,
           warmup: int | None = None, lr: float = 0.01, ceiling: bool = True, results_dir=None,
           validate_all: bool = False, **loader_config: Any) -> dict:
     """Fit the Lightning classifier `steps` steps (+ `val_batches` validation batches); returns the report row.
 
     `validate_all`: afterwards ``Trainer.validate`` over the whole validation set; its ``val_acc`` and
-    ``val_loss`` replace those of the last in-fit validation (the accuracy tests use it).
+    ``val_loss`` replace those of the last in-fit validation, and the row gets ``val_accuracy``,
+    ``val_correct`` and ``val_samples`` (all ranks together; the accuracy tests use them).
     """
-    set_cpu_threads(threads)
-    dev = pick_device()
-    arch, default_size = default_model(dev)
-    arch, size = model or arch, size or default_size
-    batch_size = batch_size or (128 if dev.type == "cuda" else 32)
-    warmup = default_warmup(steps) if warmup is None else min(warmup, steps - 1)
+    settings = settings_or_default(settings)
+    plan = plan_run(steps, model=model, size=size, batch_size=batch_size, warmup=warmup, threads=threads,
+                    device=device)
+    dev, arch, size, batch_size, warmup = plan.device, plan.arch, plan.size, plan.batch_size, plan.warmup
     cuda = dev.type == "cuda"
+    ceiling = ceiling and ranks() == 1  # one rank's ceiling says nothing of a DDP run's
 
-    data = LoaderDataModule(loader, dataset, settings, batch_size, size, workers, val_split=val_split, **loader_config)
+    data = LoaderDataModule(loader, dataset, settings, batch_size, size, workers, val_split=val_split,
+                            **loader_config)
     module = Classifier(arch, num_classes, lr, channels_last=cuda)
     twin = copy.deepcopy(module)  # the ceiling trains an untouched copy
     meter = ThroughputCallback(warmup, steps)
@@ -206,29 +238,36 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, batch_size:
     images_per_s = meter.meter.images_per_s
     loss = float(module.last_loss) if torch.is_tensor(module.last_loss) else math.nan
     val = {k: round(float(v), 4) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
+    accuracy: dict[str, Any] = {}
     if validate_all:
         checked = _trainer(steps, dev, [], 1.0).validate(module, datamodule=data, verbose=False)
         val = {k: round(float(v), 4) for k, v in checked[0].items() if k.startswith("val_")}
+        accuracy = {**accuracy_row(module.val_correct, module.val_seen, val_split or "shard"),
+                    "val_correct": module.val_correct}
 
-    top = math.nan
-    if ceiling:
-        fake = (torch.randint(0, 256, (batch_size, 3, size, size), dtype=torch.uint8, device=dev),
-                torch.randint(0, num_classes, (batch_size,), device=dev))
-        ceiling_meter = ThroughputCallback(warmup, steps)
-        with warnings.catch_warnings():  # the ceiling has no val_dataloader on purpose
-            warnings.filterwarnings("ignore", message=".*no `val_dataloader`.*")
-            _trainer(steps, dev, [ceiling_meter]).fit(twin, DataLoader(_Repeat(fake, steps), batch_size=None))
-        assert ceiling_meter.meter is not None
-        top = ceiling_meter.meter.images_per_s
-
+    top = _ceiling(twin, steps, warmup, batch_size, size, num_classes, dev) if ceiling else math.nan
     config = {"loader": loader, "dataset": dataset, "decode": "torch", "model": arch, "size": size,
               "batch_size": batch_size, "steps": trainer.global_step, "warmup": warmup, "device": str(dev),
-              "precision": trainer.precision, "workers": workers, "val_split": val_split or "shard",
-              "loader_config": {k: v for k, v in loader_config.items() if "password" not in k}}
-    extra = {"loss": round(loss, 4), **val, "timed_images": meter.meter.images, "wall_seconds": round(wall, 2)}
-    row = report(f"train_lightning-{loader}", images_per_s, top, config, results_dir, settings=settings, extra=extra)
+              "precision": trainer.precision, "workers": workers, "ranks": trainer.world_size,
+              "val_split": val_split or "shard", "loader_config": public_config(loader_config)}
+    extra = {"loss": round(loss, 4), **val, **accuracy, "timed_images": meter.meter.images,
+             "wall_seconds": round(wall, 2)}
+    row = report(f"train_lightning-{loader}", images_per_s, top, config,
+                 results_dir if trainer.global_rank == 0 else None, settings=settings, extra=extra)
     return {**row, "images_per_s": images_per_s, "ceiling": top, "ratio": ratio_of(images_per_s, top), "loss": loss,
             "val": val}
+
+
+def _ceiling(twin: Classifier, steps: int, warmup: int, batch_size: int, size: int, num_classes: int, dev) -> float:
+    """Images/s of `twin` fitted `steps` steps on one synthetic batch already on the device (no I/O, no decode)."""
+    fake = (torch.randint(0, 256, (batch_size, 3, size, size), dtype=torch.uint8, device=dev),
+            torch.randint(0, num_classes, (batch_size,), device=dev))
+    meter = ThroughputCallback(warmup, steps)
+    with warnings.catch_warnings():  # the ceiling has no val_dataloader on purpose
+        warnings.filterwarnings("ignore", message=".*no `val_dataloader`.*")
+        _trainer(steps, dev, [meter]).fit(twin, DataLoader(_Repeat(fake, steps), batch_size=None))
+    assert meter.meter is not None
+    return meter.meter.images_per_s
 
 
 def parser() -> argparse.ArgumentParser:
@@ -237,16 +276,12 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pipelines.train_lightning", description=__doc__.split("\n\n")[0])
     p.add_argument("--loader", required=True, choices=sorted(LOADERS))
     p.add_argument("--dataset", required=True)
-    p.add_argument("--steps", type=int, default=50, help="limit_train_batches (and max_steps)")
-    p.add_argument("--val-batches", type=int, default=2, help="limit_val_batches")
-    p.add_argument("--split", default="train")
-    p.add_argument("--val-split", default=None, help="validate on this split (default: half of --split by shard)")
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--model", default=None)
-    p.add_argument("--size", type=int, default=None)
-    p.add_argument("--num-classes", type=int, default=1000)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--threads", type=int, default=None)
+    add_classifier_flags(p, val_split_help="validate on this split (default: half of --split by shard)")
+    p.add_argument("--val-batches", type=int, default=2, help="limit_val_batches during fit")
+    p.add_argument("--validate-all", action="store_true",
+                   help="then validate on the whole validation set: val_accuracy, val_samples")
+    p.add_argument("--workers", type=int, default=2, help="DataLoader worker processes (per rank)")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
     add_run_flags(p)
     return p
 
@@ -255,8 +290,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser().parse_args(argv)
     return train(args.loader, args.dataset, steps=args.steps, batch_size=args.batch_size, model=args.model,
                  size=args.size, num_classes=args.num_classes, workers=args.workers, val_split=args.val_split,
-                 val_batches=args.val_batches, threads=args.threads, warmup=args.warmup,
-                 results_dir=args.results_dir, split=args.split, **loader_options(args.option))
+                 val_batches=args.val_batches, threads=args.threads, device=args.device, warmup=args.warmup,
+                 lr=args.lr, results_dir=args.results_dir, validate_all=args.validate_all, split=args.split,
+                 **loader_options(args.option))
 
 
 if __name__ == "__main__":

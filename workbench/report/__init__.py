@@ -15,6 +15,7 @@ from pathlib import Path
 from workbench.report import html, plots
 from workbench.report.data import GRID_COLUMNS, METRICS, Context, load, summarise
 from workbench.report.index import build_index
+from workbench.report.link_fill import link_fill
 from workbench.report.plots import Plot
 from workbench.report.repeat import Comparison, compare_runs, write_comparison
 from workbench.results import write_atomically
@@ -38,7 +39,7 @@ def make_report(results_dir: Path) -> tuple[Path, list[Plot]]:
     _atomic(results_dir / "summary.csv", ctx.summary.to_csv(index=False))
     for stale in out.glob("*.png"):  # a plot skipped this time must not linger from an earlier build
         stale.unlink()
-    made = [make(ctx, out) for make in plots.ALL_PLOTS]
+    made = [make(ctx, out) for make in (*plots.ALL_PLOTS, link_fill)]
     page = out / "report.html"
     _atomic(page, html.render(ctx, made))
     return page, made

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import copy
 import math
 import queue
 import threading
@@ -22,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from workbench.errors import WorkbenchError
 
@@ -34,6 +35,30 @@ Concurrency = int | Literal["auto"]  # what a config's `concurrency` holds
 AUTO_START = 4  # requests in flight before anything is measured
 AUTO_CAP = 256  # the widest window "auto" opens (threads and connections are sized for it)
 REFERENCE_DEPTH = 32  # what a plain fixed loop (a raw ceiling) uses when the config says "auto"
+
+
+# ------------------------------------------------------------------------------------------ pickling
+
+
+class PicklesWithoutLocks:
+    """Pickles (DataLoader workers, spawn) without its locks and its process-bound state; a copy gets new locks.
+
+    `locks`: attributes holding a threading.Lock; `process_state`: attribute -> the value a copy starts with
+    (clients, pools, datasets that each process builds for itself).
+    """
+
+    locks: ClassVar[tuple[str, ...]] = ("_lock",)
+    process_state: ClassVar[dict[str, Any]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = {k: v for k, v in self.__dict__.items() if k not in self.locks}
+        state.update({name: copy.copy(value) for name, value in self.process_state.items()})
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        for name in self.locks:
+            setattr(self, name, threading.Lock())
 
 
 # ------------------------------------------------------------------------------------------ windows
@@ -81,7 +106,7 @@ class FixedWindow:
         pass
 
 
-class AutoWindow:
+class AutoWindow(PicklesWithoutLocks):
     """A window that sizes itself: widen geometrically while that still raises the rate, then settle.
 
     Why: the depth that hides a network's latency is rate x latency (Little's law), and neither is known
@@ -123,15 +148,6 @@ class AutoWindow:
         self._count = 0  # completions in it
         self._latency_sum = 0.0  # their latencies
         self.measured: list[tuple[int, float, float]] = []  # (depth, completions/s, mean latency ms) per interval
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state.pop("_lock")
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     @property
     def depth(self) -> int:

@@ -114,8 +114,7 @@ class LearnableSyntheticSource(SyntheticSource):
         width, height = self._draw_size(rng)
         pixels = draw_class(_texture(rng, width, height), c, np.random.default_rng([self.seed, i, 1]))
         name = f"class_{c:03d}/img_{i:07d}.jpg"
-        return Sample(id=sample_id(self.name, name), name=name, label=c, data=_encode_jpeg(pixels),
-                      split=val_split_of(i, self.val_fraction), width=width, height=height)
+        return self.make_sample(name, c, _encode_jpeg(pixels), (width, height), val_split_of(i, self.val_fraction))
 
 
 class DigitsSource:

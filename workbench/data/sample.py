@@ -60,6 +60,15 @@ class Sample:
         return head if sep else ""
 
 
+def int_label(raw: str | None, where: str, seen: str) -> int:
+    """A stored int label (a manifest field, an object's metadata) as an int, the one rule of the object layouts'
+    readers: missing or not an integer is a WorkbenchError naming `where` and what was `seen` there."""
+    try:
+        return int(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise WorkbenchError(f"{where} has no int label ({seen}): use label_type blob or none") from None
+
+
 def encode_multilabel(arr: np.ndarray) -> bytes:
     """Serialise a multi-hot vector with ``np.save`` (self-describing dtype/shape, no pickle)."""
     buf = io.BytesIO()

@@ -55,6 +55,8 @@ class IndexedSource(Source, Protocol):
 class ByIndex:
     """A source made one sample at a time: iterating it is `sample(0)`, `sample(1)`, ... (subclasses give both)."""
 
+    name: str
+
     def __len__(self) -> int:
         raise NotImplementedError
 
@@ -63,6 +65,12 @@ class ByIndex:
 
     def __iter__(self) -> Iterator[Sample]:
         return (self.sample(i) for i in range(len(self)))
+
+    def make_sample(self, name: str, label: Any, data: bytes, size: tuple[int, int], split: str = "train") -> Sample:
+        """Sample `name` of this source (`self.name`): its id from the two names, whatever made the bytes."""
+        width, height = size
+        return Sample(id=sample_id(self.name, name), name=name, label=label, data=data, split=split, width=width,
+                      height=height)
 
 
 def _check_index(i: int, n: int) -> int:
@@ -137,14 +145,7 @@ class SyntheticSource(ByIndex):
         width, height = self._draw_size(rng)
         data = _encode_jpeg(_texture(rng, width, height))
         name = f"class_{c:03d}/img_{i:07d}.jpg"
-        return Sample(
-            id=sample_id(self.name, name),
-            name=name,
-            label=self._label(rng, c, width, height),
-            data=data,
-            width=width,
-            height=height,
-        )
+        return self.make_sample(name, self._label(rng, c, width, height), data, (width, height))
 
     def _draw_size(self, rng: np.random.Generator) -> tuple[int, int]:
         """Image sides from a log-normal pixel count and a photo-like aspect ratio."""
@@ -245,16 +246,7 @@ class ImageFolderSource(ByIndex):
         """Read file ``i`` of the sorted listing."""
         rel, label = self._files[_check_index(i, len(self._files))]
         data = (self.root / rel).read_bytes()
-        width, height = _header_size(data)
-        return Sample(
-            id=sample_id(self.name, rel),
-            name=rel,
-            label=label,
-            data=data,
-            split=self.split,
-            width=width,
-            height=height,
-        )
+        return self.make_sample(rel, label, data, _header_size(data), self.split)
 
 
 def _image_files(root: Path, cls: str) -> list[str]:
@@ -314,18 +306,10 @@ class TorchDatasetSource(ByIndex):
         """Encode item ``i`` of the wrapped dataset."""
         image, raw_label = self.ds[_check_index(i, len(self.ds))]
         label = _to_label(raw_label)
-        data, ext, (width, height) = self._encode(image)
+        data, ext, size = self._encode(image)
         cls = self._class_dir(label)
         name = f"{cls}/img_{i:07d}.{ext}" if cls else f"img_{i:07d}.{ext}"
-        return Sample(
-            id=sample_id(self.name, name),
-            name=name,
-            label=label,
-            data=data,
-            split=self.split,
-            width=width,
-            height=height,
-        )
+        return self.make_sample(name, label, data, size, self.split)
 
     def _encode(self, image: Any) -> tuple[bytes, str, tuple[int, int]]:
         """Encoded bytes, file extension and (width, height) of one image."""

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from urllib.parse import unquote
 from pydantic import Field
 
 from workbench.backends import locate
-from workbench.concurrency import LazyPool, fixed_depth, in_flight
+from workbench.concurrency import LazyPool, PicklesWithoutLocks, fixed_depth, in_flight
 from workbench.config import Settings
 from workbench.data import ShardInfo, read_index
 from workbench.errors import WorkbenchError
@@ -62,7 +61,7 @@ class FileEntry:
     blob: bool
 
 
-class FilesystemLoader(Loader):
+class FilesystemLoader(PicklesWithoutLocks, Loader):
     name = "fs"
     backend = "fs"
     Config = FilesystemLoaderConfig
@@ -74,15 +73,6 @@ class FilesystemLoader(Loader):
         self._files: list[FileEntry] | None = None
         self._shards: list[ShardInfo] | None = None
         self._pool = LazyPool(self.config.concurrency, "fs-read", wait_on_close=True)
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state.pop("_lock", None)
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------------------- layout
 

@@ -181,7 +181,7 @@ def _figure(plot: Plot) -> str:
         parts.append(f'<p class="note">{escape(plot.note)}</p>')
     for title, frame in plot.tables:
         parts.append(f"<h3>{escape(title)}</h3>{frame_table(frame)}")
-    return "\n".join(parts)
+    return "".join(parts)  # one line per plot
 
 
 def setup_section(ctx: Context) -> str:

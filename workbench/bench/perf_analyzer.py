@@ -229,10 +229,10 @@ _COLUMNS = {
     "p95 latency": "latency_ms_p95",
     "p99 latency": "latency_ms_p99",
     "Avg latency": "latency_ms_mean",
-    "request/response": "requests_per_s",
+    "request/response": "client_marshal_ms",  # gRPC: (un)marshalling request and response; HTTP: send/recv
     "response wait": "response_wait_ms",
 }
-_NOT_TIMES = {"concurrency", "inferences_per_s", "requests_per_s"}
+_NOT_TIMES = {"concurrency", "inferences_per_s"}
 REQUIRED = ("Concurrency", "Inferences/Second", "p50 latency", "p90 latency", "p99 latency")
 
 
@@ -367,8 +367,9 @@ def sweep_perf_analyzer(
     One perf_analyzer run per point (each with `timeout_s`), so a list of concurrencies need not be a range
     and a failing point names itself. Rows: throughput, p50/p90/p95/p99 latency and the client/server
     breakdown (ms), with the point, the measurement, perf_analyzer's version and command line and, written as
-    `<name>.csv`/`.json` in `results_dir` (beside the inference sweep's), the environment; perf_analyzer's own
-    CSV of each point goes to `results_dir/perf_analyzer/`.
+    `<name>.csv`/`.json` in `results_dir` (beside the inference sweep's), the environment; the plot goes to
+    `<name>.png` (`workbench.bench.perf_analyzer_plot`), perf_analyzer's own CSV of each point to
+    `results_dir/perf_analyzer/`.
     """
     kind = input_kind(model)
     check_protocol(protocol)

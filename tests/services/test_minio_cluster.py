@@ -5,8 +5,9 @@ moves it), ports no other MinIO uses (MinIO also listens on 127.0.0.1 at its por
 shared port would join the main stack's MinIO), a toxiproxy of its own and a fresh state folder. Reads go
 through node 0's proxy, as the workbench's clients do. A node other than node 0 is killed (kill -9) mid-epoch:
 every sample arrives exactly once, the cluster reports degraded, still takes writes, and is healthy again
-after `up` restarts the node. A second cluster, 2 processes x 2 drives over TLS, shows the other side of
-MinIO's default parity: losing a node (half the drives) keeps reads but not writes.
+after `up` restarts the node; a chaos soak's node_kill does the same in each of its epochs. A second cluster,
+2 processes x 2 drives over TLS, shows the other side of MinIO's default parity: losing a node (half the drives)
+keeps reads but not writes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections import Counter
 import pytest
 
 from workbench.backends import make_backend
+from workbench.chaos import format_report, run_chaos
 from workbench.config import Settings
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
@@ -118,6 +120,24 @@ def test_a_node_killed_mid_epoch_loses_no_sample(cluster, dataset, loader):
     assert all(r.healthy for r in rows), [f"{r.service}: {r.detail}" for r in rows if not r.healthy]
     assert cluster_health(cluster).state == "healthy"
     assert keys == expected, f"lost {sum((expected - keys).values())}, duplicated {sum((keys - expected).values())}"
+
+
+@pytest.mark.parametrize("loader", list(LAYOUTS))
+def test_a_chaos_soak_with_a_node_kill_reads_every_epoch_exactly_once(cluster, dataset, loader):
+    """`workbench chaos` with node_kill: one node other than node 0 killed mid-epoch and restarted after the node
+    window; the epoch reads every sample once, and the record names the node, its window and recovery."""
+    name, expected = dataset
+    lines: list[str] = []
+    report = run_chaos(cluster, [loader], name, duration_s=1.0, seed=11, faults=["node_kill"], pace_s=0.05,
+                       node_window_s=3.0, log=lines.append)
+    print("\n" + "\n".join(lines + format_report(report)))
+    [fault] = report.faults
+    assert fault.kind == "node_kill" and fault.target in {"minio-2", "minio-3", "minio-4"}, fault
+    assert fault.how.startswith("kill -9 of pid") and fault.after_samples < sum(expected.values()), fault
+    assert fault.error == "" and (fault.lost, fault.duplicated) == (0, 0) and fault.survived, fault
+    assert fault.window_s >= 3.0 and fault.recovery_s > 0
+    assert report.services_healthy and report.restarted == [fault.target]
+    assert cluster_health(cluster).state == "healthy"
 
 
 def test_two_nodes_of_two_drives_over_tls_keep_reads_but_not_writes_without_a_node(tmp_path):

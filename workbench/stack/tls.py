@@ -26,37 +26,32 @@ from workbench.config import Settings
 VALID_DAYS = 365
 
 
+class InFolder:
+    """A file of a certificates folder, by name: ``Certificates(root).ca_cert`` is ``root / "ca.crt"``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, folder: Folder, owner: type | None = None) -> Path:
+        return folder.root / self.name
+
+
 @dataclass(frozen=True)
-class Certificates:
-    """Paths of the stack's TLS material (see `ensure_certificates`)."""
+class Folder:
+    """A folder of TLS material: `root`, and the files its subclasses name with `InFolder`."""
 
     root: Path
 
-    @property
-    def ca_cert(self) -> Path:
-        return self.root / "ca.crt"
 
-    @property
-    def server_cert(self) -> Path:
-        return self.root / "server.crt"
+class Certificates(Folder):
+    """Paths of the stack's TLS material (see `ensure_certificates`)."""
 
-    @property
-    def server_key(self) -> Path:
-        return self.root / "server.key"
-
-    @property
-    def keystore(self) -> Path:
-        """PKCS#12 with the server key and certificate chain (Cassandra, Ignite)."""
-        return self.root / "server.p12"
-
-    @property
-    def truststore(self) -> Path:
-        """PKCS#12 holding only the CA certificate (Java clients and servers that verify peers)."""
-        return self.root / "truststore.p12"
-
-    @property
-    def keystore_password_file(self) -> Path:
-        return self.root / "keystore.pass"
+    ca_cert = InFolder("ca.crt")
+    server_cert = InFolder("server.crt")
+    server_key = InFolder("server.key")
+    keystore = InFolder("server.p12")  # PKCS#12: server key and chain (Cassandra, Ignite)
+    truststore = InFolder("truststore.p12")  # PKCS#12: the CA only (Java peers verify with it)
+    keystore_password_file = InFolder("keystore.pass")
 
     def keystore_password(self) -> str:
         return self.keystore_password_file.read_text().strip()
@@ -154,33 +149,15 @@ def _write(path: Path, data: bytes, private: bool = False) -> None:
 # ------------------------------------------------- client certificates (issue 16.2; kept apart from the above)
 
 
-@dataclass(frozen=True)
-class ClientCertificates:
+class ClientCertificates(Folder):
     """Paths of the client-certificate material (see `ensure_client_certificates`)."""
 
-    root: Path
-
-    @property
-    def ca_cert(self) -> Path:
-        """The CA that signs client certificates (servers that require them trust it)."""
-        return self.root / "client-ca.crt"
-
-    @property
-    def ca_key(self) -> Path:
-        return self.root / "client-ca.key"
-
-    @property
-    def cert(self) -> Path:
-        return self.root / CLIENT_CERT_FILE
-
-    @property
-    def key(self) -> Path:
-        return self.root / CLIENT_KEY_FILE
-
-    @property
-    def truststore(self) -> Path:
-        """PKCS#12 holding only the client CA, under the stack's keystore password (Cassandra's truststore)."""
-        return self.root / "client-truststore.p12"
+    ca_cert = InFolder("client-ca.crt")  # signs client certificates; servers that require them trust it
+    ca_key = InFolder("client-ca.key")
+    cert = InFolder(CLIENT_CERT_FILE)
+    key = InFolder(CLIENT_KEY_FILE)
+    # PKCS#12 holding only the client CA, under the stack's keystore password (Cassandra's truststore)
+    truststore = InFolder("client-truststore.p12")
 
 
 def ensure_client_certificates(settings: Settings) -> ClientCertificates:

@@ -30,20 +30,17 @@ func table(name string) string {
 func main() {
 	host := flag.String("host", "127.0.0.1", "contact point")
 	port := flag.Int("port", 9042, "CQL port")
-	caFile := flag.String("ca", "", "with TLS: CA bundle (PEM) that signed the server's certificate")
-	useTLS := flag.Bool("tls", false, "TLS, verified against -ca and -host")
 	dataTable := flag.String("data-table", "", "keyspace.data_<split>")
 	metaTable := flag.String("metadata-table", "", "keyspace.metadata_<split>")
 	idCol := flag.String("id-col", "id", "uuid key column")
 	dataCol := flag.String("data-col", "data", "blob column")
-	concurrency := flag.Int("concurrency", 16, "SELECTs in flight")
+	remote := ceiling.RemoteFlags("SELECTs")
 	conns := flag.Int("conns", 2, "connections to the node")
-	timeout := flag.Float64("timeout", 10, "seconds per request and per connect")
 	flag.Parse()
 
 	gocql.Logger = log.New(io.Discard, "", 0)
 	where := *host + ":" + strconv.Itoa(*port)
-	perRequest := time.Duration(*timeout * float64(time.Second))
+	perRequest := remote.PerRequest()
 	cluster := gocql.NewCluster(*host)
 	cluster.Port = *port
 	cluster.Timeout = perRequest
@@ -58,8 +55,8 @@ func main() {
 	if user := ceiling.Secret("CEILING_USERNAME"); user != "" {
 		cluster.Authenticator = gocql.PasswordAuthenticator{Username: user, Password: ceiling.Secret("CEILING_PASSWORD")}
 	}
-	if *useTLS {
-		cluster.SslOpts = &gocql.SslOptions{CaPath: *caFile, EnableHostVerification: true}
+	if *remote.TLS {
+		cluster.SslOpts = &gocql.SslOptions{CaPath: *remote.CA, EnableHostVerification: true}
 	}
 	connect := ceiling.Start()
 	session, err := cluster.CreateSession()
@@ -67,7 +64,7 @@ func main() {
 		ceiling.Fail("cassandra-ceiling: cannot connect to Cassandra at %s: %v", where, err)
 	}
 	defer session.Close()
-	result := ceiling.Result{Program: "go/gocql", Concurrency: *concurrency, ConnectSeconds: connect.Seconds()}
+	result := ceiling.Result{Program: "go/gocql", Concurrency: *remote.Concurrency, ConnectSeconds: connect.Seconds()}
 
 	clock := ceiling.Start()
 	var ids []gocql.UUID
@@ -81,20 +78,13 @@ func main() {
 	}
 	query := "SELECT " + quote(*dataCol) + " FROM " + table(*dataTable) + " WHERE " + quote(*idCol) + " = ?"
 	var count ceiling.Counter
-	err = ceiling.Each(ids, *concurrency, func(id gocql.UUID) error {
+	ceiling.Run("cassandra-ceiling", *dataTable+" at "+where, ids, *remote.Concurrency, func(id gocql.UUID) error {
 		iter := session.Query(query, id).Iter() // gocql prepares the statement once and reuses it
 		var data []byte
 		for iter.Scan(&data) {
-			count.Samples.Add(1)
-			count.Bytes.Add(int64(len(data)))
+			count.Add(1, int64(len(data)), int64(len(data)))
 		}
 		return iter.Close()
 	})
-	if err != nil {
-		ceiling.Fail("cassandra-ceiling: reading %s at %s failed: %v", *dataTable, where, err)
-	}
-	result.Seconds, result.CPUSeconds = clock.Seconds(), clock.CPU()
-	result.Samples, result.Bytes = count.Samples.Load(), count.Bytes.Load()
-	result.WireBytes = result.Bytes
-	ceiling.Print(result)
+	ceiling.Finish(result, clock, &count)
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/workbench/ceilings/internal/layout"
 )
 
+const program = "fs-ceiling"
+
 func main() {
 	root := flag.String("root", "", "dataset folder")
 	split := flag.String("split", "train", "split")
@@ -24,55 +26,30 @@ func main() {
 	clock := ceiling.Start()
 	switch *kind {
 	case "imagefolder":
-		data, err := os.ReadFile(filepath.Join(dir, "manifest.txt"))
-		if err != nil {
-			ceiling.Fail("fs-ceiling: %v (ingest the dataset with --backend fs first)", err)
-		}
-		keys, err := layout.ManifestKeys(data)
-		if err != nil {
-			ceiling.Fail("fs-ceiling: %s: %v", filepath.Join(dir, "manifest.txt"), err)
-		}
-		err = ceiling.Each(keys, *concurrency, func(key string) error {
+		manifest := filepath.Join(dir, "manifest.txt")
+		keys := ceiling.Listing(program, manifest, "ingest the dataset with --backend fs first",
+			func() ([]byte, error) { return os.ReadFile(manifest) }, layout.ManifestKeys)
+		ceiling.Run(program, dir, keys, *concurrency, func(key string) error {
 			data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(key)))
-			count.Samples.Add(1)
-			count.Bytes.Add(int64(len(data)))
-			count.Wire.Add(int64(len(data)))
+			count.Add(1, int64(len(data)), int64(len(data)))
 			return err
 		})
-		if err != nil {
-			ceiling.Fail("fs-ceiling: %v", err)
-		}
 	case "shards":
-		data, err := os.ReadFile(filepath.Join(dir, "index.json"))
-		if err != nil {
-			ceiling.Fail("fs-ceiling: %v (ingest the dataset with --backend fs -o layout=shards first)", err)
-		}
-		shards, err := layout.IndexShards(data)
-		if err != nil {
-			ceiling.Fail("fs-ceiling: %s: %v", filepath.Join(dir, "index.json"), err)
-		}
-		err = ceiling.Each(shards, *concurrency, func(s layout.Shard) error {
+		index := filepath.Join(dir, "index.json")
+		shards := ceiling.Listing(program, index, "ingest the dataset with --backend fs -o layout=shards first",
+			func() ([]byte, error) { return os.ReadFile(index) }, layout.IndexShards)
+		ceiling.Run(program, dir, shards, *concurrency, func(s layout.Shard) error {
 			f, err := os.Open(filepath.Join(dir, s.Name))
 			if err != nil {
 				return err
 			}
 			defer f.Close()
 			samples, payload, wire, err := layout.CountTar(f, make([]byte, 256*1024))
-			count.Samples.Add(samples)
-			count.Bytes.Add(payload)
-			count.Wire.Add(wire)
-			if err != nil {
-				return err
-			}
-			return nil
+			count.Add(samples, payload, wire)
+			return err
 		})
-		if err != nil {
-			ceiling.Fail("fs-ceiling: %v", err)
-		}
 	default:
-		ceiling.Fail("fs-ceiling: unknown -layout %q: use imagefolder or shards", *kind)
+		ceiling.Fail("%s: unknown -layout %q: use imagefolder or shards", program, *kind)
 	}
-	result.Seconds, result.CPUSeconds = clock.Seconds(), clock.CPU()
-	result.Samples, result.Bytes, result.WireBytes = count.Samples.Load(), count.Bytes.Load(), count.Wire.Load()
-	ceiling.Print(result)
+	ceiling.Finish(result, clock, &count)
 }

@@ -59,6 +59,9 @@ func (r *reader) getAll(rel string) ([]byte, error) {
 	return data, err
 }
 
+// url names one object as s3://bucket/key.
+func (r *reader) url(rel string) string { return "s3://" + r.bucket + "/" + r.key(rel) }
+
 func describe(err error, bucket, key string) error {
 	resp := minio.ToErrorResponse(err)
 	if resp.Code != "" {
@@ -67,17 +70,16 @@ func describe(err error, bucket, key string) error {
 	return fmt.Errorf("s3://%s/%s: %v", bucket, key, err)
 }
 
+const program = "s3-ceiling"
+
 func main() {
 	endpoint := flag.String("endpoint", "127.0.0.1:9000", "host:port of the S3 server")
-	useTLS := flag.Bool("tls", false, "https, verified against -ca")
-	caFile := flag.String("ca", "", "CA bundle (PEM) to trust with -tls")
 	region := flag.String("region", "us-east-1", "region")
 	bucket := flag.String("bucket", "", "bucket")
 	prefix := flag.String("prefix", "", "dataset prefix")
 	split := flag.String("split", "train", "split")
 	kind := flag.String("layout", "objects", "objects (manifest.txt) or shards (index.json)")
-	concurrency := flag.Int("concurrency", 16, "GETs in flight")
-	timeout := flag.Float64("timeout", 10, "seconds per request (connect and read)")
+	remote := ceiling.RemoteFlags("GETs")
 	profile := flag.String("cpuprofile", "", "write a Go CPU profile here (to see where a ceiling's CPU goes)")
 	flag.Parse()
 	if *profile != "" {
@@ -93,7 +95,8 @@ func main() {
 	if access == "" || secret == "" {
 		ceiling.Fail("s3-ceiling: CEILING_ACCESS_KEY and CEILING_SECRET_KEY must be set in the environment")
 	}
-	perRequest := time.Duration(*timeout * float64(time.Second))
+	perRequest := remote.PerRequest()
+	concurrency, useTLS, caFile := remote.Concurrency, remote.TLS, remote.CA
 	transport := &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: perRequest}).DialContext,
 		MaxIdleConns:          *concurrency + 4,
@@ -127,60 +130,38 @@ func main() {
 	clock := ceiling.Start()
 	switch *kind {
 	case "objects":
-		data, err := r.getAll(*split + "/manifest.txt")
-		if err != nil {
-			ceiling.Fail("s3-ceiling: reading the manifest from %s failed: %v", *endpoint, err)
-		}
-		keys, err := layout.ManifestKeys(data)
-		if err != nil {
-			ceiling.Fail("s3-ceiling: %v", err)
-		}
+		manifest := *split + "/manifest.txt"
+		keys := ceiling.Listing(program, r.url(manifest), "is the dataset ingested into s3-objects?",
+			func() ([]byte, error) { return r.getAll(manifest) }, layout.ManifestKeys)
 		bufs := make(chan []byte, *concurrency)
 		for i := 0; i < *concurrency; i++ {
 			bufs <- make([]byte, 256*1024)
 		}
-		err = ceiling.Each(keys, *concurrency, func(key string) error {
+		ceiling.Run(program, *endpoint, keys, *concurrency, func(key string) error {
 			buf := <-bufs
 			defer func() { bufs <- buf }()
 			return r.get(*split+"/"+key, func(body io.Reader) error {
 				n, err := readAll(body, buf)
-				count.Samples.Add(1)
-				count.Bytes.Add(n)
-				count.Wire.Add(n)
+				count.Add(1, n, n)
 				return err
 			})
 		})
-		if err != nil {
-			ceiling.Fail("s3-ceiling: %s: %v", *endpoint, err)
-		}
 	case "shards":
-		data, err := r.getAll(*split + "/index.json")
-		if err != nil {
-			ceiling.Fail("s3-ceiling: reading the shard index from %s failed: %v", *endpoint, err)
-		}
-		shards, err := layout.IndexShards(data)
-		if err != nil {
-			ceiling.Fail("s3-ceiling: s3://%s/%s: %v", *bucket, r.key(*split+"/index.json"), err)
-		}
-		err = ceiling.Each(shards, *concurrency, func(s layout.Shard) error {
+		index := *split + "/index.json"
+		shards := ceiling.Listing(program, r.url(index), "is the dataset ingested into s3-shards?",
+			func() ([]byte, error) { return r.getAll(index) }, layout.IndexShards)
+		ceiling.Run(program, *endpoint, shards, *concurrency, func(s layout.Shard) error {
 			buf := make([]byte, 256*1024)
 			return r.get(*split+"/"+s.Name, func(body io.Reader) error {
 				samples, payload, wire, err := layout.CountTar(body, buf)
-				count.Samples.Add(samples)
-				count.Bytes.Add(payload)
-				count.Wire.Add(wire)
+				count.Add(samples, payload, wire)
 				return err
 			})
 		})
-		if err != nil {
-			ceiling.Fail("s3-ceiling: %s: %v", *endpoint, err)
-		}
 	default:
-		ceiling.Fail("s3-ceiling: unknown -layout %q: use objects or shards", *kind)
+		ceiling.Fail("%s: unknown -layout %q: use objects or shards", program, *kind)
 	}
-	result.Seconds, result.CPUSeconds = clock.Seconds(), clock.CPU()
-	result.Samples, result.Bytes, result.WireBytes = count.Samples.Load(), count.Bytes.Load(), count.Wire.Load()
-	ceiling.Print(result)
+	ceiling.Finish(result, clock, &count)
 }
 
 // readAll reads body to its end through buf (the bytes land in user memory, as a loader's would).

@@ -4,6 +4,7 @@ package ceiling
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -98,3 +99,59 @@ func Each[T any](jobs []T, n int, fn func(T) error) error {
 	wg.Wait()
 	return first
 }
+
+// Listing reads a layout's listing (manifest.txt, index.json) with read and parses it into the jobs; either
+// failure ends the program with one line: what failed at where, and the hint (what to do) after a read failure.
+func Listing[T any](program, where, hint string, read func() ([]byte, error), parse func([]byte) ([]T, error)) []T {
+	data, err := read()
+	if err != nil {
+		Fail("%s: reading %s failed: %v (%s)", program, where, err, hint)
+	}
+	jobs, err := parse(data)
+	if err != nil {
+		Fail("%s: %s: %v", program, where, err)
+	}
+	return jobs
+}
+
+// Run is Each that ends the program with one line on the first error.
+func Run[T any](program, where string, jobs []T, n int, fn func(T) error) {
+	if err := Each(jobs, n, fn); err != nil {
+		Fail("%s: reading %s failed: %v", program, where, err)
+	}
+}
+
+// Finish fills the measured phase (started at clock) and the totals into r and prints it.
+func Finish(r Result, clock Clock, count *Counter) {
+	r.Seconds, r.CPUSeconds = clock.Seconds(), clock.CPU()
+	r.Samples, r.Bytes, r.WireBytes = count.Samples.Load(), count.Bytes.Load(), count.Wire.Load()
+	Print(r)
+}
+
+// Add counts one read of samples that carried payload bytes of images in wire bytes.
+func (c *Counter) Add(samples, payload, wire int64) {
+	c.Samples.Add(samples)
+	c.Bytes.Add(payload)
+	c.Wire.Add(wire)
+}
+
+// Remote holds the flags every ceiling that talks to a server takes.
+type Remote struct {
+	CA          *string
+	TLS         *bool
+	Concurrency *int
+	timeout     *float64
+}
+
+// RemoteFlags registers -ca, -tls, -concurrency (requests names what is in flight) and -timeout.
+func RemoteFlags(requests string) Remote {
+	return Remote{
+		CA:          flag.String("ca", "", "with -tls: CA bundle (PEM) that signed the server's certificate"),
+		TLS:         flag.Bool("tls", false, "TLS, verified against -ca"),
+		Concurrency: flag.Int("concurrency", 16, requests+" in flight"),
+		timeout:     flag.Float64("timeout", 10, "seconds per request and per connect"),
+	}
+}
+
+// PerRequest is -timeout as a duration.
+func (r Remote) PerRequest() time.Duration { return time.Duration(*r.timeout * float64(time.Second)) }

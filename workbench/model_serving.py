@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -145,7 +146,12 @@ def load_classifier(uri: str, settings: Settings) -> dict[str, Any]:
 
 def build_model(arch: str, num_classes: int) -> Any:
     """The training pipelines' architecture `arch` (`pipelines.common.build_classifier`: small, tiny or a
-    torchvision name); torchvision alone where the pipelines folder is not importable."""
+    torchvision name); torchvision alone where the pipelines folder is not importable.
+
+    pipelines/ sits beside the package in a checkout (an editable install): its folder goes on sys.path
+    here, because Triton's python stub does not read PYTHONPATH."""
+    if (PROJECT_ROOT / "pipelines" / "common.py").is_file() and str(PROJECT_ROOT) not in sys.path:
+        sys.path.append(str(PROJECT_ROOT))
     try:
         from pipelines.common import build_classifier
     except ImportError:
@@ -153,8 +159,8 @@ def build_model(arch: str, num_classes: int) -> Any:
 
         factory = getattr(torchvision.models, arch, None)
         if factory is None:
-            raise WorkbenchError(f"model {arch!r} needs pipelines.common (the project root on PYTHONPATH) or is "
-                                 "not a torchvision model") from None
+            raise WorkbenchError(f"model {arch!r} needs pipelines.common (a checkout of the workbench) or is not a "
+                                 "torchvision model") from None
         return factory(weights=None, num_classes=num_classes)
     return build_classifier(arch, num_classes)
 

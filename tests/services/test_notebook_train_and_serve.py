@@ -13,7 +13,8 @@ import nbformat
 import pandas as pd
 import pytest
 
-pytestmark = [pytest.mark.services, pytest.mark.slow]
+pytestmark = [pytest.mark.services, pytest.mark.slow,
+              pytest.mark.timeout(1500)]  # bounded training and a Triton start on two loaded cores: minutes
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -23,8 +23,6 @@ from workbench.errors import WorkbenchError
 from workbench.stack.service import Health, Launch, Service
 from workbench.stack.tls import Certificates
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
 
 def model_environment(s) -> dict[str, str]:
     """What the python-backend models read from Triton's environment (its cwd is the state dir: no .env
@@ -88,11 +86,7 @@ class Triton(Service):
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
         libdir = sysconfig.get_config_var("LIBDIR") or ""
         env["LD_LIBRARY_PATH"] = ":".join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
-        env.update(model_environment(s))
-        # The models import workbench (installed in this interpreter) and the classifier the training
-        # pipelines' architectures (pipelines/, beside the package in a checkout).
-        if (PROJECT_ROOT / "pipelines").is_dir():
-            env["PYTHONPATH"] = ":".join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
+        env.update(model_environment(s))  # the models import workbench: it is installed in this interpreter
         command = [
             str(pytriton_root() / "bin" / "tritonserver"), f"--model-repository={repository}",
             f"--backend-directory={self.data_dir / 'backends'}",

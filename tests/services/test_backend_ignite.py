@@ -8,7 +8,6 @@ from collections import OrderedDict
 import pytest
 from backend_checks import DiesAfter as FailingAfter
 from backend_checks import SourceDied as Interrupted
-from pyignite.datatypes.prop_codes import PROP_NAME
 
 from workbench.backends.ignite import value_class
 from workbench.backends.registry import make_backend
@@ -212,13 +211,13 @@ def test_partition_counts_without_a_template_and_existing_caches_of_another_coun
         backend(stack, cleanup, unique, partitions=1000)
     b = backend(stack, cleanup, unique, partitions=256)
     assert b.cache_name == f"WB_P256_B0_{unique.upper()}"
-    with ignite_client(stack) as client:  # made with an explicit configuration: the server default, 1024
-        client.get_or_create_cache({PROP_NAME: b.cache_name})
-    with pytest.raises(WorkbenchError, match=r"existing Ignite cache WB_P256_B0_.* has 1024 partitions, not 256"):
-        b.prepare(["train"])
+    b.prepare(["train"])  # the node's template: 256 partitions
+    assert b.partitions_found == 256
+    other = backend(stack, cleanup, unique, cache_name=b.cache_name)  # the default count, 1024, asked of it
+    with pytest.raises(WorkbenchError, match=r"existing Ignite cache WB_P256_B0_.* has 256 partitions, not 1024"):
+        other.prepare(["train"])
     with ignite_client(stack) as client:
-        assert b.cache_name in client.get_cache_names()  # someone else's cache: left as it was
-        client.get_cache(b.cache_name).destroy()
+        assert b.cache_name in client.get_cache_names()  # an existing cache is left as it was
 
 
 def test_label_type_mismatch_names_the_sample(stack, unique, cleanup):

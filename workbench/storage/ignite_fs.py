@@ -60,6 +60,7 @@ class IgniteFileSystem(AbstractFileSystem):
 
     protocol = "ignite"
     root_marker = ""
+    cachable = False  # fsspec's instance cache keys on repr(), where passwords show as '**********'
 
     def __init__(self, settings: Settings | None = None, via_proxy: bool = False, host: str | None = None,
                  port: int | None = None, username: str | None = None, password: str | None = None,

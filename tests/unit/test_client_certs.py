@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key, p
 from pydantic import SecretStr
 
 from workbench.clients.cassandra import cassandra_ssl_context, stack_tls
-from workbench.clients.tls import client_certificate_problem, stack_client_certificate
+from workbench.clients.tls import client_certificate_problem, handshake_types, stack_client_certificate
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders.cassandra import CassandraConfig, own_certificate, ssl_context
@@ -125,3 +125,20 @@ def test_a_refused_certificate_names_the_file_and_other_errors_are_left_alone():
     assert error is not None and "refused the client certificate /c/client.crt (TLSV1_ALERT_UNKNOWN_CA)" in str(error)
     assert client_certificate_problem("[SSL: WRONG_VERSION_NUMBER] wrong version number", WHERE, None) is None
     assert client_certificate_problem("Connection refused", WHERE, "/c/client.crt") is None
+
+
+def _record(kind: int, payload: bytes) -> bytes:
+    return bytes([kind, 3, 3]) + len(payload).to_bytes(2, "big") + payload
+
+
+def _message(kind: int, body: bytes = b"x") -> bytes:
+    return bytes([kind]) + len(body).to_bytes(3, "big") + body
+
+
+def test_handshake_types_reads_messages_across_records_and_stops_at_a_partial_one():
+    flight = _message(2, b"hello") + _message(11, b"c" * 40) + _message(13) + _message(14, b"")
+    stream = _record(22, flight[:20]) + _record(22, flight[20:]) + _record(21, b"\x02\x28")
+    assert handshake_types(stream) == [2, 11, 13, 14]
+    assert handshake_types(stream[:-3]) == [2, 11, 13, 14]  # a cut alert record is ignored
+    assert handshake_types(_record(22, flight[:20])) == [2]  # the certificate is not complete yet
+    assert handshake_types(b"HTTP/1.1 400 Bad Request\r\n") == []

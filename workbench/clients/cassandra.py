@@ -210,7 +210,8 @@ def cassandra_error(exc: BaseException, where: str, tls: bool, timeout_s: float,
         return chained(CassandraLoginRefused(
             f"Cassandra at {where} refused the login ({server_says.group(1) if server_says else text}): check "
             "WORKBENCH_CASSANDRA_USERNAME and WORKBENCH_CASSANDRA_PASSWORD (environment or .env)"), cause)
-    if tls and (refused := client_certificate_problem(text, where, own_certificate, hint)) is not None:
+    if tls and (refused := client_certificate_problem(text, where, own_certificate, hint, endpoint,
+                                                      min(timeout_s, 3.0))) is not None:
         return refused
     if "CERTIFICATE_VERIFY_FAILED" in text:  # the driver re-raises SSL errors as OSError(errno, text)
         return chained(WorkbenchError(
@@ -338,7 +339,8 @@ def native_connect_error(exc: BaseException, where: str, tls: bool, timeout_s: f
         return chained(CassandraLoginRefused(
             f"Cassandra at {where} refused the login ({server_says.group(1) if server_says else text}): check "
             "WORKBENCH_CASSANDRA_USERNAME and WORKBENCH_CASSANDRA_PASSWORD (environment or .env)"), exc)
-    if tls and (refused := client_certificate_problem(text, where, own_certificate)) is not None:
+    if tls and (refused := client_certificate_problem(text, where, own_certificate, endpoint=first,
+                                                      timeout_s=min(timeout_s, 3.0))) is not None:
         return refused
     if isinstance(exc, errors.CassErrorSslInvalidPeerCert | errors.CassErrorSslIdentityMismatch
                   | errors.CassErrorSslNoPeerCert):

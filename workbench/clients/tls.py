@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import ssl
+import time
 from pathlib import Path
 
 from workbench.config import Settings
@@ -17,6 +19,10 @@ CLIENT_CERT_FILE = "client.crt"
 CLIENT_KEY_FILE = "client.key"
 # TLS alerts a server sends to a client whose certificate it wants but did not get, or does not trust.
 _NO_CERTIFICATE = re.compile(r"certificate[ _]required", re.IGNORECASE)
+# A connection the server dropped during or right after the TLS handshake, or an alert that names no reason.
+_CLOSED = re.compile(r"EOF occurred|unexpected eof|closed prematurely|unable to write to socket|reset by peer|"
+                     r"was closed|connection closed|alert", re.IGNORECASE)  # alert: Java sends internal_error
+_HANDSHAKE_RECORD, _CERTIFICATE_REQUEST, _SERVER_HELLO_DONE = 22, 13, 14
 _BAD_CERTIFICATE = re.compile(r"bad[ _]certificate|unknown[ _]ca|certificate[ _]unknown|"
                               r"unsupported[ _]certificate|decrypt[ _]error", re.IGNORECASE)
 
@@ -47,21 +53,69 @@ STACK_CERTIFICATE_HINT = ("set WORKBENCH_CASSANDRA_CLIENT_AUTH=1: the workbench'
                           "<tls_dir>/client.crt")
 
 
-def client_certificate_problem(text: str, where: str, presented: str | None,
-                               hint: str = LOADER_CERTIFICATE_HINT) -> WorkbenchError | None:
+def client_certificate_problem(text: str, where: str, presented: str | None, hint: str = LOADER_CERTIFICATE_HINT,
+                               endpoint: tuple[str, int] | None = None,
+                               timeout_s: float = 3.0) -> WorkbenchError | None:
     """The one line for a server that refused the client's certificate (or wanted one); None otherwise.
 
     `text`: the driver's error; `presented`: the client certificate given (None: none was); `hint`: how
-    to give one (the loaders' parameters, or the stack's setting).
+    to give one (the loaders' parameters, or the stack's setting). A server may close the connection
+    without a TLS alert (Cassandra does): then, with `endpoint`, the server is asked whether it wants a
+    client certificate (`asks_for_client_certificate`).
     """
-    if presented is None and (_NO_CERTIFICATE.search(text) or _BAD_CERTIFICATE.search(text)):
-        return chained(WorkbenchError(
-            f"Cassandra at {where} requires a client certificate ({ssl_reason(text)}): {hint}"), None)
-    if presented is not None and _BAD_CERTIFICATE.search(text):
-        return chained(WorkbenchError(
-            f"Cassandra at {where} refused the client certificate {presented} ({ssl_reason(text)}): give one "
-            "signed by a CA in the server's client_encryption_options.truststore"), None)
-    return None
+    refused = bool(_BAD_CERTIFICATE.search(text) or (presented is None and _NO_CERTIFICATE.search(text)))
+    reason = ssl_reason(text)
+    if not refused and endpoint is not None and _CLOSED.search(text) \
+            and asks_for_client_certificate(*endpoint, timeout_s):
+        refused, reason = True, "it closed the connection after asking for a client certificate"
+    if not refused:
+        return None
+    if presented is None:
+        return chained(WorkbenchError(f"Cassandra at {where} requires a client certificate ({reason}): {hint}"),
+                       None)
+    return chained(WorkbenchError(
+        f"Cassandra at {where} refused the client certificate {presented} ({reason}): give one signed by a CA "
+        "in the server's client_encryption_options.truststore"), None)
+
+
+def asks_for_client_certificate(host: str, port: int, timeout_s: float) -> bool:
+    """Whether host:port asks TLS clients for a certificate: a CertificateRequest among the server's first
+    TLS 1.2 handshake messages (TLS 1.2 sends them in clear). Only called on a failed connect."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing)
+    with contextlib.suppress(ssl.SSLWantReadError):  # the ClientHello waits in `outgoing`
+        tls.do_handshake()
+    received = b""
+    deadline = time.monotonic() + timeout_s
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as raw:
+            raw.sendall(outgoing.read())
+            while _SERVER_HELLO_DONE not in handshake_types(received) and time.monotonic() < deadline:
+                chunk = raw.recv(65536)
+                if not chunk:
+                    break
+                received += chunk
+    except OSError:
+        pass
+    return _CERTIFICATE_REQUEST in handshake_types(received)
+
+
+def handshake_types(data: bytes) -> list[int]:
+    """The types of the complete handshake messages in a stream of TLS records (plain ones only)."""
+    handshake = b""
+    while len(data) >= 5 and len(data) >= 5 + (length := int.from_bytes(data[3:5], "big")):
+        if data[0] == _HANDSHAKE_RECORD:
+            handshake += data[5:5 + length]
+        data = data[5 + length:]
+    types = []
+    while len(handshake) >= 4 and len(handshake) >= 4 + (length := int.from_bytes(handshake[1:4], "big")):
+        types.append(handshake[0])
+        handshake = handshake[4 + length:]
+    return types
 
 def speaks_tls(host: str, port: int, timeout_s: float) -> bool:
     """Whether host:port completes a TLS handshake (certificate not checked): tells a TLS-only server

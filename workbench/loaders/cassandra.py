@@ -6,8 +6,10 @@ prepared single-partition SELECT per sample, `concurrency` requests in flight
 (`workbench.concurrency`), and a background thread keeps `prefetch_buffers` whole batches ready,
 so the consumer never waits on the network while a batch is complete. Parameter names follow the
 plugin (cassandra_ips, cassandra_port, table, id_col/label_col/data_col, source_uuids, prefetch_buffers,
-io_threads, username/password, use_ssl and ssl_*). Login and TLS default to the stack's: settings'
-login, and with settings.tls, use_ssl with ssl_certificate = the stack's CA (settings.ca_file()).
+io_threads, username/password, use_ssl and ssl_*, cloud_config). Login and TLS default to the stack's:
+settings' login, and with settings.tls, use_ssl with ssl_certificate = the stack's CA (settings.ca_file())
+and, when the stack requires client certificates, the stack's own. A secure-connect bundle (cloud_config)
+goes to the driver's cloud mode instead of contact points and TLS files (workbench.clients.cloud_bundle).
 
 `raw_ceiling` is the backend's ceiling for the benchmark: the plain driver loop, no loader machinery.
 """
@@ -387,8 +389,7 @@ def cloud_cluster(bundle: CloudBundle | None, make: Callable[[], Cluster]) -> Cl
     try:
         return make()
     except (DriverException, ValueError, OSError, ssl.SSLError) as exc:
-        raise WorkbenchError(f"cannot use secure-connect bundle {bundle.path} (metadata service "
-                             f"{bundle.metadata_url()}): {first_line(exc)}") from exc
+        raise WorkbenchError(f"cannot use the metadata service at {bundle.describe()}: {first_line(exc)}") from exc
 
 
 def connect(cluster: Cluster, settings: Settings, config: CassandraConfig) -> Session:

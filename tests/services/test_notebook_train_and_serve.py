@@ -32,7 +32,7 @@ def test_06_train_and_serve(stack, tmp_path: Path):
             str(ROOT / "notebooks" / "06-train-and-serve.ipynb"), str(tmp_path / "06.ipynb"),
             parameters={"backend": "s3-shards", "decode": "dali", "store": "ignite", "dataset": dataset,
                         "steps": 150, "results_dir": str(out)},
-            kernel_name="python3", cwd=str(ROOT), progress_bar=False, execution_timeout=480)
+            kernel_name="python3", cwd=str(ROOT), progress_bar=False, execution_timeout=900)
     finally:
         for backend in ("s3-shards", "cassandra"):
             make_backend(backend, stack, dataset).drop()

@@ -32,6 +32,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
+from loader_checks import epoch
 from pydantic import SecretStr
 
 from workbench.backends.registry import make_backend
@@ -114,11 +115,6 @@ def client_files(secure, tmp_path_factory) -> dict[str, str]:
     return {"ssl_own_certificate": str(root / "client.crt"), "ssl_own_key": str(root / "client.key")}
 
 
-def _epoch(settings: Settings, loader: str, dataset: str, **config) -> list:
-    with make_loader(loader, settings, dataset=dataset, **config) as items:
-        return list(items)
-
-
 def _exactly(items: list, expected: dict) -> None:
     assert Counter(i.key for i in items) == Counter(set(expected))
     for item in items:
@@ -149,7 +145,7 @@ def test_the_node_requires_client_certificates_signed_by_the_client_ca(secure):
 @pytest.mark.parametrize("loader", LOADERS)
 def test_loaders_read_with_the_plugins_client_certificate_and_encrypted_key(secure, ingested, expected,
                                                                             client_files, loader):
-    items = _epoch(secure, loader, ingested, **_plugin_tls(secure), **client_files, ssl_own_key_pass=KEY_PASS,
+    items = epoch(secure, loader, ingested, **_plugin_tls(secure), **client_files, ssl_own_key_pass=KEY_PASS,
                    username=secure.cassandra_username, password=secure.cassandra_password.get_secret_value(),
                    concurrency=4, batch_size=7)
     _exactly(items, expected)
@@ -157,12 +153,12 @@ def test_loaders_read_with_the_plugins_client_certificate_and_encrypted_key(secu
 
 @pytest.mark.parametrize("loader", LOADERS)
 def test_loaders_present_the_stacks_client_certificate_by_default(secure, ingested, expected, loader):
-    _exactly(_epoch(secure, loader, ingested), expected)
+    _exactly(epoch(secure, loader, ingested), expected)
 
 
 @pytest.mark.parametrize("loader", LOADERS)
 def test_a_loader_without_a_client_certificate_is_refused_in_one_line(secure, ingested, loader):
-    error = _fails_in_one_line(lambda: _epoch(secure, loader, ingested, retries=0, **_plugin_tls(secure)),
+    error = _fails_in_one_line(lambda: epoch(secure, loader, ingested, retries=0, **_plugin_tls(secure)),
                            rf"Cassandra at {HOST}:9362 requires a client certificate .*pass ssl_own_certificate "
                            "and ssl_own_key")
     assert not is_transient(error)
@@ -183,14 +179,14 @@ def test_a_client_certificate_from_another_ca_is_refused_in_one_line(secure, ing
     other = secure.model_copy(update={"tls_dir": tmp_path / "other"})
     ensure_certificates(other)
     foreign = ensure_client_certificates(other)
-    _fails_in_one_line(lambda: _epoch(secure, loader, ingested, retries=0, **_plugin_tls(secure),
+    _fails_in_one_line(lambda: epoch(secure, loader, ingested, retries=0, **_plugin_tls(secure),
                                   ssl_own_certificate=str(foreign.cert), ssl_own_key=str(foreign.key)),
                    rf"Cassandra at {HOST}:9362 refused the client certificate {foreign.cert}")
 
 
 @pytest.mark.parametrize("loader", LOADERS)
 def test_a_wrong_key_passphrase_names_the_files(secure, ingested, client_files, loader):
-    _fails_in_one_line(lambda: _epoch(secure, loader, ingested, **_plugin_tls(secure), **client_files,
+    _fails_in_one_line(lambda: epoch(secure, loader, ingested, **_plugin_tls(secure), **client_files,
                                   ssl_own_key_pass="not it"),
                    rf"cannot load client certificate {client_files['ssl_own_certificate']} with key .*"
                    r"wrong ssl_own_key_pass")
@@ -337,14 +333,14 @@ def test_loaders_read_through_a_secure_connect_bundle(secure, ingested, expected
     bundle = cloud.bundle(tmp_path / "secure-connect-local.zip")
     cloud_config = {"secure_connect_bundle": str(bundle)} if form == "plugin" else str(bundle)
     before = len(cloud.server_names)
-    _exactly(_epoch(secure, loader, ingested, cloud_config=cloud_config, concurrency=4), expected)
+    _exactly(epoch(secure, loader, ingested, cloud_config=cloud_config, concurrency=4), expected)
     assert cloud.server_names[before:] and set(cloud.server_names[before:]) == {cloud.host_id}  # SNI: the node
 
 
 @pytest.mark.parametrize("loader", LOADERS)
 def test_a_bundle_whose_metadata_service_is_down_fails_in_one_line(secure, ingested, cloud, tmp_path, loader):
     bundle = cloud.bundle(tmp_path / "b.zip", {"host": FRONT_HOST, "port": 1})
-    _fails_in_one_line(lambda: _epoch(secure, loader, ingested, cloud_config=str(bundle), retries=0),
+    _fails_in_one_line(lambda: epoch(secure, loader, ingested, cloud_config=str(bundle), retries=0),
                        rf"{FRONT_HOST}:1 \(secure-connect bundle {bundle}\)")
 
 

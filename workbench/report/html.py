@@ -181,7 +181,7 @@ def _figure(plot: Plot) -> str:
         parts.append(f'<p class="note">{escape(plot.note)}</p>')
     for title, frame in plot.tables:
         parts.append(f"<h3>{escape(title)}</h3>{frame_table(frame)}")
-    return "".join(parts)  # one line per plot
+    return "".join(parts)
 
 
 def setup_section(ctx: Context) -> str:
@@ -199,7 +199,7 @@ def setup_section(ctx: Context) -> str:
                f"packages: {', '.join(f'{k} {v}' for k, v in packages.items())}" if packages else ""]
     links = [f'<a href="../{name}">{name}</a>' if (ctx.results_dir / name).exists() else f"(no {name})"
              for name in ("config.json", "environment.json")]
-    return (f"{axes}\n<p class=\"caption\">{escape('; '.join(m for m in machine if m))}</p>\n"
+    return (f"{axes}<p class=\"caption\">{escape('; '.join(m for m in machine if m))}</p>"
             f"<p>The whole configuration: {links[0]}; the machine: {links[1]}.</p>")
 
 
@@ -207,7 +207,7 @@ def render(ctx: Context, plots: list[Plot]) -> str:
     runs, failed = len(ctx.runs), len(ctx.failed)
     loaders = ", ".join(ctx.loaders) or "none"
     toc = " · ".join(f'<a href="#{escape(p.name)}">{escape(p.title)}</a>' for p in plots)
-    sections = "\n".join(_figure(p) for p in plots)
+    sections = "".join(_figure(p) for p in plots)  # the plots on one line: base64 images are no text to read
     return f"""{page_head(f"workbench sweep {ctx.name}")}
 <h1>Sweep {escape(ctx.name)}</h1>
 {"".join(f'<p class="failed"><b>{escape(note)}</b></p>' for note in ctx.notes)}
@@ -219,11 +219,8 @@ Loaders: {escape(loaders)}. Source: <code>{escape(str(ctx.results_dir))}</code>;
 per-point statistics in <a href="../summary.csv">summary.csv</a>.</p>
 <p>{toc} · <a href="#points">all points</a> · <a href="#failed">failed runs</a> · <a href="#setup">setup</a></p>
 {sections}
-<h2 id="points">All points</h2>
-{points_table(ctx)}
-<h2 id="failed">Failed runs</h2>
-{failed_table(ctx)}
-<h2 id="setup">Configuration and environment</h2>
-{setup_section(ctx)}
+<h2 id="points">All points</h2>{points_table(ctx)}
+<h2 id="failed">Failed runs</h2>{failed_table(ctx)}
+<h2 id="setup">Configuration and environment</h2>{setup_section(ctx)}
 </body></html>
 """

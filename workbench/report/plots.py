@@ -150,12 +150,12 @@ def _usable(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
     return frame[frame[f"{metric}_median"].notna()]
 
 
-def _rates(ctx: Context, plot: Plot) -> pd.DataFrame:
-    """The baseline points with a median samples/s; when there are none, the plot's note says so."""
+def _rates(ctx: Context, plot: Plot) -> tuple[pd.DataFrame, list]:
+    """The baseline points with a median samples/s and their RTTs; when there are none, the plot's note says so."""
     data = _usable(ctx.baseline(ctx.summary), "samples_per_s")
     if data.empty:
         plot.note = "no successful runs: nothing to plot"
-    return data
+    return data, ctx.values("rtt_ms", data)
 
 
 # --- 1. throughput vs RTT ------------------------------------------------------------------------------
@@ -175,10 +175,9 @@ def throughput_vs_rtt(ctx: Context, out: Path) -> Plot:
                 "native ceiling measured in this run; stars: concurrency 'auto' (w = the window it settled on). "
                 "Below, each line's rate as a fraction of its own 0 ms rate. One panel per loader when the sweep "
                 "varies a loader knob.")
-    data = _rates(ctx, plot)
+    data, rtts = _rates(ctx, plot)
     if data.empty:
         return plot
-    rtts = ctx.values("rtt_ms", data)
     groups = ctx.series(data)
     loaders = list(dict.fromkeys(str(rows["loader"].iloc[0]) for rows in groups.values()))
     per_loader = len(loaders) > 1 and len(groups) > len(loaders)
@@ -739,10 +738,9 @@ def loaders_vs_ceiling(ctx: Context, out: Path) -> Plot:
                 "Dashed black lines: the backend's native ceiling (a compiled client program, or the plainest "
                 "client loop where none exists), measured in the same run when the sweep has ceiling rows; the "
                 "label on a bar is its fraction of that ceiling.")
-    data = _rates(ctx, plot)
+    data, rtts = _rates(ctx, plot)
     if data.empty:
         return plot
-    rtts = ctx.values("rtt_ms", data)
     shown = rtts if len(rtts) <= 6 else [rtts[0], rtts[len(rtts) // 2], rtts[-1]]
     groups = ctx.series(data)
     backends = list(dict.fromkeys(str(rows["backend"].iloc[0]) for rows in groups.values()))

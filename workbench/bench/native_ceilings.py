@@ -12,6 +12,11 @@ the same concurrency and through the same toxiproxy port when `via_proxy`:
 | ignite | Java thin client (ignite-core): ids from <CACHE>_IDS, getAll batches of binary objects, N threads |
 | fs | Go, os.ReadFile / tar reads, N goroutines |
 
+In a cluster (`stack up --nodes N`, or an external cluster's endpoint lists) each program gets every node, as
+the loaders do: gocql every contact point (through each node's proxy when `via_proxy`, without peer discovery:
+the nodes advertise addresses that are not their proxies), minio-go every S3 endpoint in turn (any node serves
+any object), the Ignite client thread i node i mod N.
+
 Each prints one JSON line: samples, bytes (the images, as the backend's `scan` counts them), wire bytes,
 seconds (listing + reads, after connecting), and the program's own CPU seconds (user+sys) in that time.
 Credentials go to the program in environment variables, never on its command line, and never appear in
@@ -29,10 +34,12 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.backends import BACKENDS, backend_class, locate
+from workbench.clients.endpoints import cassandra_hosts, ignite_points, where
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.stack.ceilings import GO_PROGRAMS, JAVA_MAIN, go_program, java_classpath
@@ -113,11 +120,20 @@ def _entry(settings: Settings, backend: str, config: CeilingConfig) -> dict:
     return locate(settings, backend, config.dataset)
 
 
+def s3_addresses(settings: Settings, via_proxy: bool) -> list[str]:
+    """host:port of every S3 endpoint the ceiling reads through: an external cluster's list, else every MinIO node
+    (through its proxy when `via_proxy`)."""
+    if settings.s3_endpoints:
+        return [urlsplit(url.strip()).netloc for url in settings.s3_endpoints]
+    host = settings.proxy_host if via_proxy else settings.node_host
+    return [f"{host(k)}:{settings.port('s3', via_proxy)}" for k in range(settings.nodes_of("s3"))]
+
+
 def _s3(settings: Settings, backend: str, c: CeilingConfig) -> _Command:
     entry = _entry(settings, backend, c)
     access, secret = settings.s3_credentials()
     argv = [str(go_program(settings, GO_PROGRAMS["s3"])),
-            "-endpoint", f"{settings.host}:{settings.port('s3', c.via_proxy)}", "-region", settings.s3_region,
+            "-endpoint", ",".join(s3_addresses(settings, c.via_proxy)), "-region", settings.s3_region,
             "-bucket", entry.get("bucket") or settings.s3_bucket, "-prefix", entry.get("prefix") or "",
             "-split", c.split, "-layout", "shards" if backend_class(backend).sharded else "objects",
             "-concurrency", str(c.concurrency), "-timeout", str(settings.timeout_s), *_tls_flags(settings, "go")]
@@ -138,8 +154,9 @@ def _cassandra(settings: Settings, backend: str, c: CeilingConfig) -> _Command:
     if settings.cassandra_username and settings.cassandra_password:
         env |= {"CEILING_USERNAME": settings.cassandra_username,
                 "CEILING_PASSWORD": settings.cassandra_password.get_secret_value()}
-    argv = [str(go_program(settings, GO_PROGRAMS["cassandra"])), "-host", settings.host,
-            "-port", str(settings.port("cassandra", c.via_proxy)), "-data-table", tables[c.split],
+    hosts, port = cassandra_hosts(settings, c.via_proxy)
+    argv = [str(go_program(settings, GO_PROGRAMS["cassandra"])), "-host", ",".join(hosts),
+            "-port", str(port), "-data-table", tables[c.split],
             "-metadata-table", metadata[c.split], "-id-col", columns.get("id") or "id",
             "-data-col", columns.get("data") or "data", "-concurrency", str(c.concurrency),
             "-conns", str(c.io_threads), "-timeout", str(settings.timeout_s), *_tls_flags(settings, "go")]
@@ -156,7 +173,7 @@ def _ignite(settings: Settings, backend: str, c: CeilingConfig) -> _Command:
     if settings.ignite_username and settings.ignite_password:
         env |= {"CEILING_USERNAME": settings.ignite_username,
                 "CEILING_PASSWORD": settings.ignite_password.get_secret_value()}
-    args = ["--host", settings.host, "--port", str(settings.port("ignite", c.via_proxy)), "--cache", entry["cache"],
+    args = ["--addresses", where(ignite_points(settings, c.via_proxy)).replace(" ", ""), "--cache", entry["cache"],
             "--split", c.split, "--concurrency", str(c.concurrency), "--batch", str(c.get_batch),
             "--timeout", str(settings.timeout_s), *_tls_flags(settings, "java")]
     argv = java_command(java_classpath(settings), JAVA_MAIN, heap="512m", props={}, args=args)

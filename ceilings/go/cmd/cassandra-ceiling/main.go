@@ -28,20 +28,20 @@ func table(name string) string {
 }
 
 func main() {
-	host := flag.String("host", "127.0.0.1", "contact point")
+	host := flag.String("host", "127.0.0.1", "contact points, comma-separated (a ring: every node, each at -port)")
 	port := flag.Int("port", 9042, "CQL port")
 	dataTable := flag.String("data-table", "", "keyspace.data_<split>")
 	metaTable := flag.String("metadata-table", "", "keyspace.metadata_<split>")
 	idCol := flag.String("id-col", "id", "uuid key column")
 	dataCol := flag.String("data-col", "data", "blob column")
 	remote := ceiling.RemoteFlags("SELECTs")
-	conns := flag.Int("conns", 2, "connections to the node")
+	conns := flag.Int("conns", 2, "connections to each node")
 	flag.Parse()
 
 	gocql.Logger = log.New(io.Discard, "", 0)
 	where := *host + ":" + strconv.Itoa(*port)
 	perRequest := remote.PerRequest()
-	cluster := gocql.NewCluster(*host)
+	cluster := gocql.NewCluster(strings.Split(*host, ",")...)
 	cluster.Port = *port
 	cluster.Timeout = perRequest
 	cluster.ConnectTimeout = perRequest
@@ -49,7 +49,7 @@ func main() {
 	cluster.NumConns = *conns
 	cluster.Consistency = gocql.One
 	cluster.ProtoVersion = 4
-	cluster.DisableInitialHostLookup = true // one node; behind toxiproxy its advertised address is not ours
+	cluster.DisableInitialHostLookup = true // exactly the listed nodes: behind toxiproxy their advertised addresses are not ours
 	cluster.RetryPolicy = &gocql.SimpleRetryPolicy{NumRetries: 0}
 	cluster.ReconnectionPolicy = &gocql.ConstantReconnectionPolicy{MaxRetries: 1, Interval: time.Second}
 	if user := ceiling.Secret("CEILING_USERNAME"); user != "" {

@@ -1,6 +1,7 @@
 // s3-ceiling: what a compiled S3 client (minio-go) reads from one split of a workbench dataset with
 // N GETs in flight, either one object per sample (manifest.txt) or WebDataset shards (index.json).
-// Credentials come from CEILING_ACCESS_KEY / CEILING_SECRET_KEY; it prints one JSON line.
+// Credentials come from CEILING_ACCESS_KEY / CEILING_SECRET_KEY; it prints one JSON line. Several endpoints
+// (the nodes of a distributed MinIO, each serving any object) share the GETs in turn.
 package main
 
 import (
@@ -15,6 +16,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -25,7 +27,8 @@ import (
 )
 
 type reader struct {
-	client  *minio.Core // the plain request path: the body as the response streams it, no Object wrapper
+	clients []*minio.Core // one per endpoint; the plain request path: the body as the response streams it
+	next    atomic.Uint64 // the endpoint of the next GET (round robin)
 	bucket  string
 	prefix  string
 	timeout time.Duration
@@ -42,7 +45,8 @@ func (r *reader) key(rel string) string {
 func (r *reader) get(rel string, fn func(io.Reader) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
 	defer cancel()
-	body, _, _, err := r.client.GetObject(ctx, r.bucket, r.key(rel), minio.GetObjectOptions{})
+	client := r.clients[(r.next.Add(1)-1)%uint64(len(r.clients))]
+	body, _, _, err := client.GetObject(ctx, r.bucket, r.key(rel), minio.GetObjectOptions{})
 	if err != nil {
 		return describe(err, r.bucket, r.key(rel))
 	}
@@ -73,7 +77,7 @@ func describe(err error, bucket, key string) error {
 const program = "s3-ceiling"
 
 func main() {
-	endpoint := flag.String("endpoint", "127.0.0.1:9000", "host:port of the S3 server")
+	endpoint := flag.String("endpoint", "127.0.0.1:9000", "host:port of the S3 server; several comma-separated")
 	region := flag.String("region", "us-east-1", "region")
 	bucket := flag.String("bucket", "", "bucket")
 	prefix := flag.String("prefix", "", "dataset prefix")
@@ -117,14 +121,17 @@ func main() {
 		transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	minio.MaxRetry = 1 // a ceiling measures, it does not retry
-	client, err := minio.NewCore(*endpoint, &minio.Options{
-		Creds: credentials.NewStaticV4(access, secret, ""), Secure: *useTLS, Region: *region,
-		Transport: transport, BucketLookup: minio.BucketLookupPath,
-	})
-	if err != nil {
-		ceiling.Fail("s3-ceiling: bad endpoint %s: %v", *endpoint, err)
+	r := &reader{bucket: *bucket, prefix: strings.Trim(*prefix, "/"), timeout: perRequest}
+	for _, address := range strings.Split(*endpoint, ",") {
+		client, err := minio.NewCore(address, &minio.Options{
+			Creds: credentials.NewStaticV4(access, secret, ""), Secure: *useTLS, Region: *region,
+			Transport: transport, BucketLookup: minio.BucketLookupPath,
+		})
+		if err != nil {
+			ceiling.Fail("s3-ceiling: bad endpoint %s: %v", address, err)
+		}
+		r.clients = append(r.clients, client)
 	}
-	r := &reader{client: client, bucket: *bucket, prefix: strings.Trim(*prefix, "/"), timeout: perRequest}
 	result := ceiling.Result{Program: "go/minio-go " + *kind, Concurrency: *concurrency}
 	var count ceiling.Counter
 	clock := ceiling.Start()

@@ -78,32 +78,40 @@ public final class IgniteCeiling {
         return ctx;
     }
 
+    /** A plain thin client of one node (no partition awareness, no heartbeats), with the login and TLS if any. */
+    static ClientConfiguration clientConfig(String address, int timeoutMs, SSLContext ctx) {
+        ClientConfiguration cfg = new ClientConfiguration().setAddresses(address).setTimeout(timeoutMs)
+            .setHeartbeatEnabled(false).setPartitionAwarenessEnabled(false);
+        String user = System.getenv("CEILING_USERNAME");
+        if (user != null && !user.isEmpty()) {
+            cfg.setUserName(user).setUserPassword(System.getenv("CEILING_PASSWORD"));
+        }
+        if (ctx != null) {
+            cfg.setSslMode(SslMode.REQUIRED).setSslContextFactory(() -> ctx);
+        }
+        return cfg;
+    }
+
     public static void main(String[] args) throws Exception {
         Map<String, String> opt = new HashMap<>(Map.of("host", "127.0.0.1", "port", "10800", "split", "train",
-            "concurrency", "16", "batch", "64", "timeout", "10", "ca", "", "tls", "false", "cache", ""));
+            "concurrency", "16", "batch", "64", "timeout", "10", "ca", "", "tls", "false", "cache", "",
+            "addresses", ""));
         for (int i = 0; i + 1 < args.length; i += 2) {
             if (!args[i].startsWith("--") || !opt.containsKey(args[i].substring(2))) {
                 fail("ignite-ceiling: unknown option " + args[i] + "; options: " + opt.keySet());
             }
             opt.put(args[i].substring(2), args[i + 1]);
         }
-        String where = opt.get("host") + ":" + opt.get("port");
+        // --addresses host:port,host:port (every node of a cluster) wins over --host and --port (one node).
+        String where = opt.get("addresses").isEmpty() ? opt.get("host") + ":" + opt.get("port") : opt.get("addresses");
         String cacheName = opt.get("cache");
         String split = opt.get("split");
         int threads = Integer.parseInt(opt.get("concurrency"));
         int batch = Integer.parseInt(opt.get("batch"));
         int timeoutMs = (int) (Double.parseDouble(opt.get("timeout")) * 1000);
 
-        ClientConfiguration cfg = new ClientConfiguration().setAddresses(where).setTimeout(timeoutMs)
-            .setHeartbeatEnabled(false).setPartitionAwarenessEnabled(false);
-        String user = System.getenv("CEILING_USERNAME");
-        if (user != null && !user.isEmpty()) {
-            cfg.setUserName(user).setUserPassword(System.getenv("CEILING_PASSWORD"));
-        }
-        if (Boolean.parseBoolean(opt.get("tls"))) {
-            SSLContext ctx = sslContext(opt.get("ca"));
-            cfg.setSslMode(SslMode.REQUIRED).setSslContextFactory(() -> ctx);
-        }
+        String[] addresses = where.split(",");
+        SSLContext ctx = Boolean.parseBoolean(opt.get("tls")) ? sslContext(opt.get("ca")) : null;
 
         long connectStart = System.nanoTime();
         List<IgniteClient> clients = new ArrayList<>();
@@ -111,6 +119,8 @@ public final class IgniteCeiling {
         try {
             List<Future<IgniteClient>> starting = new ArrayList<>();
             for (int i = 0; i < threads; i++) {
+                // thread i talks to node i mod n: the connections spread over every node of a cluster
+                ClientConfiguration cfg = clientConfig(addresses[i % addresses.length], timeoutMs, ctx);
                 starting.add(pool.submit(() -> Ignition.startClient(cfg)));
             }
             for (Future<IgniteClient> f : starting) {

@@ -63,7 +63,8 @@ PORTS = {
 # The bundle's metadata service and SNI proxy (ephemeral ports): a DNS name, as in Astra, because the C++ driver
 # checks a cloud server's certificate against the name it was given as a DNS name (an address never matches).
 FRONT_HOST, FRONT_ADDRESS = "localhost", "127.0.0.1"
-LOADERS = ["cassandra", "cassandra-py"]  # C++ driver (acsylla) and Python driver
+LOADERS = ["cassandra", "cassandra-py"]
+STARTS = 3  # waits of the stack's start-up timeout for the node  # C++ driver (acsylla) and Python driver
 KEY_PASS = "correct horse battery"
 
 
@@ -82,7 +83,10 @@ def _settings(root: Path) -> Settings:
 def secure(tmp_path_factory):
     settings = _settings(tmp_path_factory.mktemp("client-auth"))
     try:
-        rows = up(settings, ["cassandra"])
+        for _ in range(STARTS):  # up() again waits on a node still starting (a loaded machine starts slowly)
+            rows = up(settings, ["cassandra"])
+            if all(r.healthy for r in rows):
+                break
         assert all(r.healthy for r in rows), [f"{r.service}: {r.detail}" for r in rows]
         yield settings
     finally:

@@ -202,3 +202,23 @@ def test_without_ranks_the_figure_is_skipped_with_a_note(tmp_path):
                    "status": "ok"}]).to_parquet(folder / "runs.parquet")
     plot = throughput_vs_clients(load(folder), tmp_path)
     assert plot.path is None and "no clients axis" in plot.note
+
+
+def test_runs_of_one_study_on_two_topologies_combine_with_mix_and_one_question(tmp_path):
+    from workbench.bench.study import combine
+    from workbench.results import PROGRESS_FILE
+
+    folders = []
+    for nodes in (1, 3):
+        folder = tmp_path / f"{nodes}node"
+        folder.mkdir()
+        frame(nodes, [1, 2]).assign(point_id=[0, 1]).to_parquet(folder / "runs.parquet")
+        (folder / "config.json").write_text(json.dumps({"name": "scaling", "question": "What scales?"}))
+        (folder / PROGRESS_FILE).write_text(json.dumps({"runs_done": 2, "runs_total": 2, "complete": True}))
+        folders.append(folder)
+    with pytest.raises(WorkbenchError, match="--mix"):
+        combine(folders, tmp_path / "refused")
+    out = combine(folders, tmp_path / "scaling", mix=True)
+    config = json.loads((out / "config.json").read_text())
+    assert config["question"] == "What scales?" and config["mixed"] is True
+    assert sorted(pd.read_parquet(out / "runs.parquet").point_id) == [0, 1, 2, 3]

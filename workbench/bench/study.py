@@ -306,7 +306,8 @@ def combine(folders: list[Path], out: Path, mix: bool = False) -> Path:
     if "concurrency" in combined.columns:
         combined["concurrency"] = combined["concurrency"].astype(str)
     names = [str(_config(f).get("name") or f.name) for f in frames]
-    config = {"name": out.name, "question": "; ".join(q for f in frames if (q := _config(f).get("question"))),
+    questions = dict.fromkeys(q for f in frames if (q := _config(f).get("question")))  # one study's runs: once
+    config = {"name": out.name, "question": "; ".join(questions),
               "combined_from": [str(f) for f in frames], "sweeps": names, "mixed": mix}
     environment = {"combined_from": {str(f): _json(f / "environment.json") for f in frames}}
     write_atomically(out / "runs.parquet", lambda tmp: combined.to_parquet(tmp, index=False))

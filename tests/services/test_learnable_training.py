@@ -1,12 +1,21 @@
 """Training from storage learns: >= 95 % validation accuracy on sklearn's digits read from every backend.
 
 The digits (1,797 images, 32 px PNGs, fixed train/val split of 1,442/355) are ingested into Cassandra,
-S3 shards, S3 objects, Ignite and fs; the reference pipelines train a small CNN on the CPU for a bounded
-number of steps from each, with shuffling, out-of-order delivery (ordered=False) and 2 DataLoader
-workers, then classify the validation split read back through the same loader and decoder. A pipeline
-that separated images from their labels (shuffle, out-of-order, workers, ranks, decoding) would fail:
-`test_scrambled_labels_stay_near_chance` permutes the labels within each batch on purpose and checks
-that the same test then sees chance accuracy, so the accuracy tests can fail.
+S3 shards, S3 objects, Ignite and fs; the reference pipelines (torch with torchvision or DALI CPU
+decoding, Lightning, Keras through tf.data, and Keras from `IgniteDataset` as in the Ignite article)
+train a small CNN on the CPU for a bounded number of steps from each, with shuffling, out-of-order
+delivery (ordered=False; a scan of the cache has none, it is shuffled by tf.data instead) and 2
+DataLoader workers (torch, Lightning), on one rank and on two (torchrun: torch's DDP, Lightning's
+``strategy="ddp"``, gloo), then classify the validation split read back through the same loader and
+decoder; every validation image must be classified exactly once (all ranks together).
+
+A pipeline that separated images from their labels (shuffle, out-of-order, workers, ranks, decoding)
+would fail: `test_scrambled_labels_stay_near_chance` permutes the labels within each batch on purpose
+and checks that the same training then sees chance accuracy, so the accuracy tests can fail.
+
+Cost: each test trains 150 steps of 32 (60 per rank with 2 ranks) of a small CNN at 32 px; on an idle
+2-core box a run takes tens of seconds, the whole file some minutes (the durations measured under load
+are in the commit that parametrised Lightning and Keras over the backends).
 """
 
 from __future__ import annotations
@@ -29,7 +38,8 @@ from workbench.backends import make_backend  # noqa: E402
 from workbench.data import DigitsSource, LearnableSyntheticSource, Sample  # noqa: E402
 from workbench.ingest import ingest  # noqa: E402
 
-pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.usefixtures("torch_two_threads")]
+pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.usefixtures("torch_two_threads"),
+              pytest.mark.timeout(1200)]  # ingest into 5 backends + 150 steps on 2 loaded cores: minutes
 
 BACKENDS = ["cassandra", "s3-shards", "s3-objects", "ignite", "fs"]
 LAYOUTS = {"s3-shards": {"maxcount": 50}}  # 29 train + 8 val shards: every rank x worker gets some
@@ -39,6 +49,7 @@ TARGET = 0.95
 RECIPE = {"model": "small", "size": 32, "num_classes": 10, "batch_size": 32, "steps": 150, "lr": 0.02,
           "device": "cpu", "ceiling": False, "quiet": True}
 OUT_OF_ORDER = {"shuffle": True, "ordered": False}
+TWO_RANK_STEPS = 60  # per rank, batches of 32 on each: 3,840 images seen, as 120 steps on one rank
 
 
 class _Listed:
@@ -128,26 +139,49 @@ def test_torch_pipeline_two_ranks_learn_digits(stack, digits, tmp_path):
     assert _record("torch s3-shards, 2 ranks (DDP, gloo)", row["val_accuracy"]) >= TARGET, row
 
 
-def test_lightning_pipeline_learns_digits(stack, digits):
+LIGHTNING = {"steps": RECIPE["steps"], "batch_size": 32, "model": "small", "size": 32, "num_classes": 10,
+             "lr": RECIPE["lr"], "device": "cpu", "ceiling": False, "val_split": "val", "val_batches": 0,
+             "validate_all": True}
+
+
+@pytest.mark.parametrize("loader", BACKENDS)
+def test_lightning_pipeline_learns_digits_from_each_backend(stack, digits, loader):
     pytest.importorskip("lightning")
     from pipelines.train_lightning import train
 
-    result = train("ignite", digits, stack, steps=120, batch_size=32, model="small", size=32, num_classes=10,
-                   workers=2, val_split="val", val_batches=0, lr=0.02, ceiling=False, validate_all=True,
-                   **OUT_OF_ORDER)
-    assert _record("lightning ignite", result["val"]["val_acc"]) >= TARGET, result
+    result = train(loader, digits, stack, workers=2, **LIGHTNING, **OUT_OF_ORDER)
+    assert result["val_samples"] == VAL_SAMPLES  # every validation image once
+    assert _record(f"lightning {loader}", result["val_accuracy"]) >= TARGET, result
 
 
-@pytest.mark.parametrize("source", ["ignite-dataset", "cassandra"])
+def test_lightning_pipeline_two_ranks_learn_digits(stack, digits, tmp_path):
+    """torchrun --nproc-per-node=2: Lightning's DDP strategy (gloo), each rank its shard, 2 workers per rank."""
+    pytest.importorskip("lightning")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+               "-m", "pipelines.train_lightning", "--loader", "fs", "--dataset", digits, "--model", "small",
+               "--size", "32", "--num-classes", "10", "--batch-size", "32", "--steps", str(TWO_RANK_STEPS),
+               "--lr", str(RECIPE["lr"]), "--device", "cpu", "--threads", "1", "--workers", "2",
+               "--val-split", "val", "--val-batches", "0", "--validate-all", "--results-dir", str(tmp_path),
+               "-o", "ordered=false"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = json.loads((tmp_path / "train_lightning-fs.json").read_text())["rows"][0]
+    assert row["ranks"] == 2
+    assert row["val_samples"] == VAL_SAMPLES  # the two ranks' shards together: every validation image once
+    assert _record("lightning fs, 2 ranks (DDP, gloo)", row["val_accuracy"]) >= TARGET, row
+
+
+@pytest.mark.parametrize("source", ["ignite-dataset", *BACKENDS])
 def test_keras_pipeline_learns_digits(stack, digits, source):
-    """The Ignite article's path (IgniteDataset -> tf.data -> Keras) and a loader through tf_dataset."""
+    """The Ignite article's path (IgniteDataset -> tf.data -> Keras) and every loader through tf_dataset."""
     if importlib.util.find_spec("tensorflow") is None:  # not importorskip: TF must load through workbench.tf_import
         pytest.skip("tensorflow is not installed")
     from pipelines.train_keras import train
 
-    options = {} if source == "ignite-dataset" else OUT_OF_ORDER
-    result = train(source, digits, stack, steps=150, batch_size=32, model="small", size=32, num_classes=10,
-                   lr=0.02, ceiling=False, val_split="val", **options)
+    options = {"shuffle": True} if source == "ignite-dataset" else OUT_OF_ORDER  # a scan has no out-of-order mode
+    result = train(source, digits, stack, steps=RECIPE["steps"], batch_size=32, model="small", size=32,
+                   num_classes=10, lr=RECIPE["lr"], ceiling=False, val_split="val", **options)
     assert result["val_samples"] == VAL_SAMPLES
     assert _record(f"keras {source}", result["val_accuracy"]) >= TARGET, result
 

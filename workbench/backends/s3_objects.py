@@ -11,6 +11,7 @@ import logging
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field
 
@@ -33,12 +34,17 @@ class S3Options(LayoutOptions):
 # -------------------------------------------------------------------------------------------- backend
 
 
-class S3ObjectsBackend(LayoutBackend):
-    name = "s3-objects"
+class S3LayoutBackend(LayoutBackend):
+    """A layout in ``s3://<bucket>/<prefix>/``: where it is, its store, making the bucket and emptying it.
+
+    Subclasses name themselves, their options and `make_layout`; `connections_per_worker` sizes the client's
+    pool (at least 64 connections).
+    """
+
     native_ceiling = "minio-go"
     proxy = "s3"
     restartable_service = "minio"
-    Options = S3Options
+    connections_per_worker = 2
     options: S3Options
 
     def __init__(self, settings: Settings, dataset: str, options: S3Options | None = None) -> None:
@@ -46,27 +52,47 @@ class S3ObjectsBackend(LayoutBackend):
         o = self.options
         self.bucket = o.bucket or settings.s3_bucket
         self.prefix = (o.prefix if o.prefix is not None else storage_name(dataset)).strip("/")
-        self.store = S3Store(settings, self.bucket, self.prefix, o.via_proxy, connections=max(64, 2 * o.workers))
-        self.objects = ObjectSet(self.store, o.workers, o.label_type, self.local_manifest)
-        self.layout = self.objects
+        self.store = S3Store(settings, self.bucket, self.prefix, o.via_proxy,
+                             connections=max(64, self.connections_per_worker * o.workers))
+        self.layout = self.make_layout()
 
-    def local_manifest(self, split: str) -> Path:
-        return self.settings.state_dir / "manifests" / self.name / self.bucket / (self.prefix or "_") / split / MANIFEST
+    def make_layout(self) -> Any:
+        """The layout object (ObjectSet, ShardSet) over `self.store`."""
+        raise NotImplementedError
 
     def prepare(self, splits: Iterable[str]) -> None:
         for split in splits:
             check_split(split)
         self.store.ensure_bucket(self.options.create_bucket)
 
+    def drop_layout(self) -> None:
+        """Delete this dataset's layout (the bucket stays); idempotent."""
+        if self.store.bucket_exists():
+            self.layout.drop()
+
+    def describe(self) -> dict:
+        return {**super().describe(), "bucket": self.bucket, "prefix": self.prefix, "endpoint": self.store.endpoint}
+
+
+class S3ObjectsBackend(S3LayoutBackend):
+    name = "s3-objects"
+    Options = S3Options
+
+    def make_layout(self) -> ObjectSet:
+        self.objects = ObjectSet(self.store, self.options.workers, self.options.label_type, self.local_manifest)
+        return self.objects
+
+    def local_manifest(self, split: str) -> Path:
+        return self.settings.state_dir / "manifests" / self.name / self.bucket / (self.prefix or "_") / split / MANIFEST
+
     def manifest(self, split: str) -> list[tuple[str, str]]:
         return self.objects.manifest(split)
 
     def drop_layout(self) -> None:
         """Delete this dataset's objects, journal and manifests (the bucket stays); idempotent."""
-        if self.store.bucket_exists():
-            self.objects.drop()
+        super().drop_layout()
         shutil.rmtree(self.local_manifest("x").parent.parent, ignore_errors=True)
 
     def describe(self) -> dict:
-        return {**super().describe(), "bucket": self.bucket, "prefix": self.prefix, "endpoint": self.store.endpoint,
-                "layout": "<prefix>/<split>/<class>/<basename>", "manifest": f"<prefix>/<split>/{MANIFEST}"}
+        return {**super().describe(), "layout": "<prefix>/<split>/<class>/<basename>",
+                "manifest": f"<prefix>/<split>/{MANIFEST}"}

@@ -16,17 +16,12 @@ Resume, numbering and the index: `workbench.layouts.shards`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from pydantic import Field
 
-from workbench.backends.base import LayoutBackend, storage_name
-from workbench.backends.s3_objects import S3Options
-from workbench.config import Settings
-from workbench.layouts.common import check_split
-from workbench.layouts.shards import SHARD_PATTERN, ShardSet
-from workbench.storage import S3Store
+from workbench.backends.s3_objects import S3LayoutBackend, S3Options
+from workbench.layouts.shards import INDEX, SHARD_PATTERN, ShardSet
 
 
 class S3ShardsOptions(S3Options):
@@ -34,36 +29,19 @@ class S3ShardsOptions(S3Options):
     maxcount: int = Field(100_000, ge=1, description="most samples per shard")
 
 
-class S3ShardsBackend(LayoutBackend):
+class S3ShardsBackend(S3LayoutBackend):
     name = "s3-shards"
-    native_ceiling = "minio-go"
-    proxy = "s3"
-    restartable_service = "minio"
     sharded = True
     # ~10 shards per 1000 samples: enough to split across ranks and workers.
     bench_layout: ClassVar[dict[str, Any]] = {"maxcount": 100}
+    connections_per_worker = 5  # each shard upload may run 4 multipart threads
     Options = S3ShardsOptions
     options: S3ShardsOptions
 
-    def __init__(self, settings: Settings, dataset: str, options: S3ShardsOptions | None = None) -> None:
-        super().__init__(settings, dataset, options)
+    def make_layout(self) -> ShardSet:
         o = self.options
-        self.bucket = o.bucket or settings.s3_bucket
-        self.prefix = (o.prefix if o.prefix is not None else storage_name(dataset)).strip("/")
-        # Each shard upload may run 4 multipart threads.
-        self.store = S3Store(settings, self.bucket, self.prefix, o.via_proxy, connections=max(64, 5 * o.workers))
         self.shards = ShardSet(self.store, o.maxsize, o.maxcount, o.workers, o.label_type)
-        self.layout = self.shards
-
-    def prepare(self, splits: Iterable[str]) -> None:
-        for split in splits:
-            check_split(split)
-        self.store.ensure_bucket(self.options.create_bucket)
-
-    def drop_layout(self) -> None:
-        """Delete this dataset's shards, records and indexes (the bucket stays); idempotent."""
-        if self.store.bucket_exists():
-            self.shards.drop()
+        return self.shards
 
     def shard_urls(self, split: str | None = None, expires_s: int = 3600) -> list[str]:
         """Presigned http URLs of the indexed shards (of one split, or all), in order."""
@@ -72,6 +50,5 @@ class S3ShardsBackend(LayoutBackend):
                 if split is None or s == split]
 
     def describe(self) -> dict:
-        return {**super().describe(), "bucket": self.bucket, "prefix": self.prefix, "endpoint": self.store.endpoint,
-                "shards": f"<prefix>/<split>/{SHARD_PATTERN}",
-                "index": "<prefix>/<split>/index.json"}
+        return {**super().describe(), "shards": f"<prefix>/<split>/{SHARD_PATTERN}",
+                "index": f"<prefix>/<split>/{INDEX}"}

@@ -33,13 +33,14 @@ from urllib.parse import unquote
 
 from workbench.concurrency import HasWindow, LazyPool, fixed_depth, make_window, map_in_flight, pool_size
 from workbench.config import Settings
+from workbench.data.sample import int_label
 from workbench.errors import WorkbenchError
 from workbench.layouts.objects import MANIFEST
-from workbench.loaders.base import Item, Loader, LoaderConfig
+from workbench.loaders.base import Item, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.retry import RetryConfig, policy_of
 from workbench.loaders.s3_location import S3Location
-from workbench.loaders.s3_shards import locate_prefix
+from workbench.loaders.s3_shards import S3StoreLoader, s3_store
 from workbench.storage import S3Store
 
 Entry = tuple[str, str | None]  # (key relative to <prefix>/<split>/, manifest label field or None)
@@ -101,7 +102,7 @@ def default_manifest_parser(reader: io.IOBase) -> Iterator[tuple[str, Any]]:
 # ------------------------------------------------------------------------------------------- loaders
 
 
-class S3ObjectsLoader(HasWindow, Loader):
+class S3ObjectsLoader(HasWindow, S3StoreLoader):
     """One GET per sample, `concurrency` of them in flight."""
 
     name = "s3-objects"
@@ -112,18 +113,34 @@ class S3ObjectsLoader(HasWindow, Loader):
 
     @classmethod
     def raw_ceiling(cls, settings: Settings, config: LoaderConfig) -> tuple[int, int]:
-        return raw_ceiling(settings, config)
+        """What plain boto3 GETs deliver: every object of the split's manifest on a ThreadPoolExecutor(concurrency).
+
+        Returns (samples, bytes): bytes = the objects' bodies (the encoded images; label sidecars are not
+        read). The manifest GET is included. Reads all ranks' objects. Time the call to get the rates.
+        """
+        depth = fixed_depth(config.concurrency)
+        store = s3_store(settings, "s3-objects", config, depth + 4)
+        entries = read_manifest(store, config.split, config.dataset)
+        client = store.client
+
+        def get(entry: Entry) -> int:
+            key = store.full(f"{config.split}/{entry[0]}")
+            with store.errors(f"reading {key}"):
+                return len(client.get_object(Bucket=store.bucket, Key=key)["Body"].read())
+
+        with ThreadPoolExecutor(depth, thread_name_prefix="s3-ceiling") as pool:
+            total = sum(pool.map(get, entries))
+        return len(entries), total
 
     def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1,
                  *, store: S3Store | None = None) -> None:
-        super().__init__(settings, config, worker_id, num_workers)
-        if store is None:
-            bucket, prefix = locate_prefix(settings, self.backend, config)
-            store = S3Store(settings, bucket, prefix, config.via_proxy, connections=pool_size(config.concurrency) + 4)
-        self.store = store
+        super().__init__(settings, config, worker_id, num_workers, store=store)
         self._entries: list[Entry] | None = None
         self._pool = LazyPool(self.config.concurrency, "s3-object-get")
         self._window = make_window(self.config.concurrency)  # kept across epochs: a settled "auto" stays
+
+    def requests_in_flight(self) -> int:
+        return pool_size(self.config.concurrency)
 
     def entries(self) -> list[Entry]:
         """The split's manifest lines (one GET, cached for the loader's life), in manifest order."""
@@ -160,16 +177,9 @@ class S3ObjectsLoader(HasWindow, Loader):
         label: int | bytes | None = None
         label_type = self.config.label_type
         if label_type == "int":
-            raw = label_field if label_field is not None else meta.get("label")
-            try:
-                label = int(raw) if raw is not None else None
-            except ValueError:
-                label = None
-            if label is None:
-                raise WorkbenchError(
-                    f"object {self.store.where}/{key} (sample {sample_id}) has no int label "
-                    f"(manifest {label_field!r}, metadata {meta.get('label')!r}): use label_type blob or none"
-                )
+            label = int_label(label_field if label_field is not None else meta.get("label"),
+                              f"object {self.store.where}/{key} (sample {sample_id})",
+                              f"manifest {label_field!r}, metadata {meta.get('label')!r}")
         elif label_type == "blob":
             folder = rel.rpartition("/")[0]
             sidecar = label_field or (f"{folder}/{meta['label-object']}" if meta.get("label-object") else None)
@@ -225,27 +235,7 @@ def read_manifest(store: S3Store, split: str, dataset: str = "") -> list[Entry]:
     return [(k, label) for _, k, label in manifest_lines(io.BytesIO(data), f"{store.where}/{key}")]
 
 
-def raw_ceiling(settings: Settings, config: LoaderConfig) -> tuple[int, int]:
-    """What plain boto3 GETs deliver: every object of the split's manifest on a ThreadPoolExecutor(concurrency).
-
-    Returns (samples, bytes): bytes = the objects' bodies (the encoded images; label sidecars are not
-    read). The manifest GET is included. Reads all ranks' objects. Time the call to get the rates.
-    """
-    bucket, prefix = locate_prefix(settings, "s3-objects", config)
-    depth = fixed_depth(config.concurrency)
-    store = S3Store(settings, bucket, prefix, config.via_proxy, connections=depth + 4)
-    entries = read_manifest(store, config.split, config.dataset)
-    client = store.client
-
-    def get(entry: Entry) -> int:
-        key = store.full(f"{config.split}/{entry[0]}")
-        with store.errors(f"reading {key}"):
-            return len(client.get_object(Bucket=bucket, Key=key)["Body"].read())
-
-    with ThreadPoolExecutor(depth, thread_name_prefix="s3-ceiling") as pool:
-        total = sum(pool.map(get, entries))
-    return len(entries), total
-
+raw_ceiling = S3ObjectsLoader.raw_ceiling  # the same loop as a function
 
 __all__ = ["S3NaiveLoader", "S3ObjectsConfig", "S3ObjectsLoader", "default_manifest_parser", "manifest_lines",
            "raw_ceiling", "read_manifest"]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import random
 import warnings
+from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
@@ -66,7 +67,29 @@ def locate_prefix(settings: Settings, backend: str, config: LoaderConfig) -> tup
     return bucket, prefix.strip("/")
 
 
-class S3ShardsLoader(Loader):
+def s3_store(settings: Settings, backend: str, config: LoaderConfig, connections: int) -> S3Store:
+    """The store a reader of `config.dataset` GETs through: where `locate_prefix` says, through toxiproxy or not
+    (`config.via_proxy`), with `connections` pooled connections (requests in flight plus a few spare)."""
+    bucket, prefix = locate_prefix(settings, backend, config)
+    return S3Store(settings, bucket, prefix, config.via_proxy, connections=connections)
+
+
+class S3StoreLoader(Loader):
+    """A loader that GETs through one S3Store: the one it is given (compat wrappers, tests), else one made for its
+    config (`s3_store`) with a pooled connection per request it keeps in flight, and 4 spare."""
+
+    def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1,
+                 *, store: S3Store | None = None) -> None:
+        super().__init__(settings, config, worker_id, num_workers)
+        self.store = store if store is not None else s3_store(settings, self.backend, config,
+                                                              self.requests_in_flight() + 4)
+
+    @abstractmethod
+    def requests_in_flight(self) -> int:
+        """The most GETs this loader has in flight at once."""
+
+
+class S3ShardsLoader(S3StoreLoader):
     """Streams the split's tar shards from S3: shard-level split and order, sample-level shuffle buffer."""
 
     name = "s3-shards"
@@ -77,18 +100,32 @@ class S3ShardsLoader(Loader):
 
     @classmethod
     def raw_ceiling(cls, settings: Settings, config: LoaderConfig) -> tuple[int, int]:
-        return raw_ceiling(settings, config)
+        """What plain boto3 GETs deliver: every shard of the split, `config.concurrency` threads, no parsing.
+
+        Returns (samples, bytes): samples counted from the index, bytes = **whole shard objects** as
+        transferred (tar headers, labels and the id/sum entries included, a few percent above the image
+        bytes a loader counts). Time the call to get the ceiling rates. Reads all ranks' shards.
+        """
+        store = s3_store(settings, "s3-shards", config, fixed_depth(config.concurrency) + 4)
+        split = config.split
+        infos = read_split_index(store, split, config.dataset)
+
+        def get(info: ShardInfo) -> int:
+            return len(store.get(f"{split}/{info.name}")[0])
+
+        with ThreadPoolExecutor(fixed_depth(config.concurrency), thread_name_prefix="s3-ceiling") as pool:
+            total = sum(pool.map(get, infos))
+        return sum(i.samples for i in infos), total
 
     def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1,
                  *, store: S3Store | None = None) -> None:
-        super().__init__(settings, config, worker_id, num_workers)
-        if store is None:
-            bucket, prefix = locate_prefix(settings, self.backend, config)
-            store = S3Store(settings, bucket, prefix, config.via_proxy, connections=config.parallel_shards + 4)
-        self.store = store
+        super().__init__(settings, config, worker_id, num_workers, store=store)
         self._index: list[ShardInfo] | None = None
         self._pool = LazyPool(self.config.parallel_shards, "s3-shard-get")
         self._warned = False
+
+    def requests_in_flight(self) -> int:
+        return self.config.parallel_shards
 
     # ------------------------------------------------------------------------------------ index
 
@@ -198,21 +235,4 @@ class S3ShardsLoader(Loader):
         self._pool.close()
 
 
-def raw_ceiling(settings: Settings, config: LoaderConfig) -> tuple[int, int]:
-    """What plain boto3 GETs deliver: every shard of the split, `config.concurrency` threads, no parsing.
-
-    Returns (samples, bytes): samples counted from the index, bytes = **whole shard objects** as
-    transferred (tar headers, labels and the id/sum entries included, a few percent above the image
-    bytes a loader counts). Time the call to get the ceiling rates. Reads all ranks' shards.
-    """
-    bucket, prefix = locate_prefix(settings, "s3-shards", config)
-    store = S3Store(settings, bucket, prefix, config.via_proxy, connections=fixed_depth(config.concurrency) + 4)
-    split = config.split
-    infos = read_split_index(store, split, config.dataset)
-
-    def get(info: ShardInfo) -> int:
-        return len(store.get(f"{split}/{info.name}")[0])
-
-    with ThreadPoolExecutor(fixed_depth(config.concurrency), thread_name_prefix="s3-ceiling") as pool:
-        total = sum(pool.map(get, infos))
-    return sum(i.samples for i in infos), total
+raw_ceiling = S3ShardsLoader.raw_ceiling  # the same loop as a function

@@ -13,8 +13,16 @@ import tempfile
 from pathlib import Path
 
 from workbench.config import Settings
+from workbench.loaders.base import Loader
 
 BUNDLE_NAME = "system-and-stack-ca.pem"
+
+
+class Peer(Loader):
+    """Another project's reader over our data: registered like ours, measured beside ours when named, never by
+    default (`workbench bench loaders` without names measures ours)."""
+
+    benchmarked_by_default = False
 
 
 def trust_bundle(settings: Settings) -> Path:

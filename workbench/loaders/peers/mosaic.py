@@ -61,18 +61,19 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from workbench.backends import locate, make_backend
 from workbench.backends.base import storage_name
+from workbench.concurrency import PicklesWithoutLocks
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, with_type
 from workbench.layouts.common import check_split
-from workbench.loaders.base import Item, Loader, LoaderConfig
+from workbench.loaders.base import Item, LoaderConfig
 from workbench.loaders.order import effective_shard
-from workbench.loaders.peers import trust_stack_ca
+from workbench.loaders.peers import Peer, trust_stack_ca
 from workbench.storage import S3Store
 
 log = logging.getLogger(__name__)
@@ -261,29 +262,21 @@ def drop_mds(settings: Settings, dataset: str, split: str | None = None, *, buck
         store.delete([k for k, _ in store.list()])
 
 
-class MosaicStreamingPeer(Loader):
+class MosaicStreamingPeer(PicklesWithoutLocks, Peer):
     """A StreamingDataset of the MDS copy, one per loader instance, pinned to this reader's partition."""
 
     name = "mosaic-streaming"
-    benchmarked_by_default = False  # a peer: measured beside ours when named
     backend = "s3-shards"  # where the dataset is ingested first; the MDS copy is written beside it
     Config = MosaicConfig
     config: MosaicConfig
     prepare_dataset = staticmethod(write_mds)  # the sweep calls it after ingesting
+    # each process builds its own (shared memory, threads)
+    process_state: ClassVar[dict[str, Any]] = {"_dataset": None, "_local": None}
 
     def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1) -> None:
         super().__init__(settings, config, worker_id, num_workers)
         self._dataset = None
         self._local: Path | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_dataset=None, _local=None, _lock=None)  # each process builds its own (shared memory, threads)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def remote(self) -> str:
         bucket, key_prefix = mds_location(self.settings, self.config.dataset, self.config.split,

@@ -39,17 +39,18 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
-from workbench.concurrency import HasWindow, LazyPool, make_window, map_in_flight
+from workbench.concurrency import HasWindow, LazyPool, PicklesWithoutLocks, make_window, map_in_flight
 from workbench.config import Settings
+from workbench.data.sample import int_label
 from workbench.errors import WorkbenchError, with_type
 from workbench.layouts.objects import JOURNAL, MANIFEST
-from workbench.loaders.base import Item, Loader, LoaderConfig
+from workbench.loaders.base import Item, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
-from workbench.loaders.peers import trust_stack_ca
+from workbench.loaders.peers import Peer, trust_stack_ca
 from workbench.loaders.s3_location import S3Location
 from workbench.loaders.s3_objects import manifest_lines
 from workbench.loaders.s3_shards import locate_prefix
@@ -74,14 +75,15 @@ def _import_connector():
     return s3torchconnector
 
 
-class S3TorchConnectorPeer(HasWindow, Loader):
+class S3TorchConnectorPeer(PicklesWithoutLocks, HasWindow, Peer):
     """``S3MapDataset`` of the split's objects (ids from the layout's journal), `concurrency` reads in flight."""
 
     name = "s3torchconnector"
-    benchmarked_by_default = False  # a peer: measured beside ours when named
     backend = "s3-objects"
     Config = S3TorchConnectorConfig
     config: S3TorchConnectorConfig
+    locks: ClassVar[tuple[str, ...]] = ("_lock", "_lock_connect")
+    process_state: ClassVar[dict[str, Any]] = {"_dataset": None, "_sidecars": None, "_sidecar_of": {}, "_entries": None}
 
     def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1) -> None:
         super().__init__(settings, config, worker_id, num_workers)
@@ -94,16 +96,6 @@ class S3TorchConnectorPeer(HasWindow, Loader):
         self._pool = LazyPool(self.config.concurrency, "s3torchconnector")
         self._window = make_window(self.config.concurrency)
         self._lock_connect = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_dataset=None, _sidecars=None, _sidecar_of={}, _entries=None, _lock_connect=None, _lock=None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock_connect = threading.Lock()
-        self._lock = threading.Lock()
 
     # ---------------------------------------------------------------------------------- connecting
 
@@ -216,15 +208,7 @@ class S3TorchConnectorPeer(HasWindow, Loader):
             raise self._fail(exc, f"reading {self._uri(key)}") from None
         label: int | bytes | None = None
         if self.config.label_type == "int":
-            try:
-                label = int(label_field) if label_field is not None else None
-            except ValueError:
-                label = None
-            if label is None:
-                raise WorkbenchError(
-                    f"{self._uri(key)} (sample {sample_id}) has no int label in the manifest "
-                    f"({label_field!r}): use label_type blob or none"
-                )
+            label = int_label(label_field, f"{self._uri(key)} (sample {sample_id})", f"manifest {label_field!r}")
         elif self.config.label_type == "blob":
             if i not in self._sidecar_of or self._sidecars is None:
                 raise WorkbenchError(

@@ -33,22 +33,21 @@ this process to the system's CAs plus the stack's (`workbench.loaders.peers.trus
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
+from workbench.concurrency import PicklesWithoutLocks
 from workbench.config import Settings
 from workbench.data import ID_ENTRY, META_ENTRIES, ShardInfo, entry_label
 from workbench.errors import WorkbenchError
 from workbench.layouts.shards import read_split_index
-from workbench.loaders.base import Item, Loader, LoaderConfig
+from workbench.loaders.base import Item, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
-from workbench.loaders.peers import trust_stack_ca
+from workbench.loaders.peers import Peer, trust_stack_ca
 from workbench.loaders.s3_location import S3Location
-from workbench.loaders.s3_shards import locate_prefix
-from workbench.storage import S3Store
+from workbench.loaders.s3_shards import s3_store
 
 _QUERY = re.compile(r"\?[^\s'\"\]]*")
 
@@ -63,14 +62,14 @@ def redact(text: str) -> str:
     return _QUERY.sub("?<signed>", text)
 
 
-class WebDatasetPeer(Loader):
+class WebDatasetPeer(PicklesWithoutLocks, Peer):
     """``wds.WebDataset`` over presigned URLs of our shards; split and shard order are ours."""
 
     name = "webdataset"
-    benchmarked_by_default = False  # a peer: measured beside ours when named
     backend = "s3-shards"
     Config = WebDatasetConfig
     config: WebDatasetConfig
+    process_state: ClassVar[dict[str, Any]] = {"_store": None}  # boto3 clients do not pickle: each worker signs
 
     def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1) -> None:
         super().__init__(settings, config, worker_id, num_workers)
@@ -81,18 +80,8 @@ class WebDatasetPeer(Loader):
     def store(self):
         """Our S3 store of the dataset (boto3): the index GET and URL signing only, made on first use."""
         if self._store is None:
-            bucket, prefix = locate_prefix(self.settings, self.backend, self.config)
-            self._store = S3Store(self.settings, bucket, prefix, self.config.via_proxy, connections=4)
+            self._store = s3_store(self.settings, self.backend, self.config, connections=4)
         return self._store
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_store=None, _lock=None)  # boto3 clients and locks do not pickle; each worker signs with its own
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def shards(self) -> list[ShardInfo]:
         if self._index is None:

@@ -70,6 +70,12 @@ class Settings(BaseSettings):
     dev_mode: bool = Field(False, description="allow the servers' well-known default credentials (never on a shared "
                                               "host); without it they are refused")
     tls: bool = Field(False, description="servers speak TLS and clients verify them against tls_ca_file")
+    cassandra_client_auth: bool = Field(
+        False, description="with tls: the stack's Cassandra requires client certificates signed by the stack's "
+        "client CA (require_client_auth); the workbench's clients present <tls_dir>/client.crt")
+    ignite_client_auth: bool = Field(
+        False, description="with tls: Ignite's thin-client connector requires client certificates signed by the "
+        "stack's client CA; the workbench's clients present <tls_dir>/client.crt")
     tls_dir: Path | None = Field(None, description="certificates of the local stack (default: <state_dir>/tls)")
     tls_ca_file: Path | None = Field(None, description="CA bundle clients trust (default: <tls_dir>/ca.crt)")
     worker_start: Literal["forkserver", "spawn", "fork"] = Field(

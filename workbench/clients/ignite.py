@@ -54,11 +54,8 @@ def template_backups(settings: Settings) -> range:
 
 
 def ignite_client_auth(settings: Settings) -> bool:
-    """Whether the stack's Ignite requires client certificates (settings.ignite_client_auth, with settings.tls).
-
-    getattr: the field is new in Settings (issue 16.5); settings objects made without it read False.
-    """
-    return bool(settings.tls and getattr(settings, "ignite_client_auth", False))
+    """Whether the stack's Ignite requires client certificates (settings.ignite_client_auth, with settings.tls)."""
+    return settings.tls and settings.ignite_client_auth
 
 
 def stack_client_certificate(settings: Settings) -> tuple[str, str] | None:

@@ -28,11 +28,8 @@ _BAD_CERTIFICATE = re.compile(r"bad[ _]certificate|unknown[ _]ca|certificate[ _]
 
 
 def client_auth_required(settings: Settings) -> bool:
-    """Whether the stack's Cassandra requires client certificates (settings.cassandra_client_auth).
-
-    getattr: the field is new in Settings (issue 16.2); settings objects made without it read False.
-    """
-    return bool(getattr(settings, "cassandra_client_auth", False))
+    """Whether the stack's Cassandra requires client certificates (settings.cassandra_client_auth)."""
+    return settings.cassandra_client_auth
 
 
 def stack_client_certificate(settings: Settings) -> tuple[Path, Path] | None:

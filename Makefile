@@ -53,6 +53,7 @@ notebooks: stack-up
 	$(BIN)/papermill notebooks/02-loader-sweep.ipynb $(NB_OUT)/02-loader-sweep.ipynb -p name notebook-sweep
 	$(BIN)/papermill notebooks/03-triton-inference.ipynb $(NB_OUT)/03-triton-inference.ipynb
 	$(BIN)/papermill notebooks/04-report.ipynb $(NB_OUT)/04-report.ipynb -p results_dir $(NB_OUT)
+	$(BIN)/papermill notebooks/06-train-and-serve.ipynb $(NB_OUT)/06-train-and-serve.ipynb -p results_dir $(NB_OUT)/train-and-serve
 
 # JupyterLab on notebooks/ with this venv's kernel, on 127.0.0.1:LAB_PORT; prints the URL with its token.
 LAB_PORT ?= 8888

@@ -51,6 +51,13 @@ def stack() -> Settings:
 
 
 @pytest.fixture
+def settings(tmp_path) -> Settings:
+    """Settings of no stack (local files only): a private state_dir, no S3 login. tests/services/conftest.py
+    gives its tests the stack's settings instead."""
+    return Settings(state_dir=tmp_path / "state", s3_access_key=None, s3_secret_key=None)
+
+
+@pytest.fixture
 def unique() -> str:
     """A short unique name, so tests never see each other's keyspaces, buckets or caches."""
     return f"t{uuid.uuid4().hex[:10]}"

@@ -7,6 +7,13 @@ import pytest
 from workbench.clients import cassandra_session
 
 
+@pytest.fixture(scope="module")
+def settings(stack, tmp_path_factory):
+    """The stack's settings with a private state_dir (catalog, local manifests and fs datasets land there); a
+    module with settings of its own defines its own `settings`."""
+    return stack.model_copy(update={"state_dir": tmp_path_factory.mktemp("state")})
+
+
 @pytest.fixture
 def keyspaces(stack):
     """Keyspaces a test creates: dropped afterwards whatever happens."""

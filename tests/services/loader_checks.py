@@ -1,11 +1,42 @@
 """The checks every loader's epochs must pass, shared by the contract tests (every registered loader on
-every backend) and the peer tests (other projects' readers on layouts of their own)."""
+every backend) and the peer tests (other projects' readers on layouts of their own); `ingested` puts one
+source into several backends for them."""
 
 from __future__ import annotations
 
+import pickle
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from workbench.backends import Backend, make_backend
+from workbench.ingest import ingest
 from workbench.loaders import Item, make_loader
+
+
+@contextmanager
+def ingested(stack, name: str, source, layouts: dict[str, dict]) -> Iterator[list[Backend]]:
+    """`source` ingested under dataset `name` into every backend of `layouts` (backend -> its options); the
+    backends' data is dropped on the way out."""
+    backends = [make_backend(b, stack, name, **opts) for b, opts in layouts.items()]
+    try:
+        for backend in backends:
+            ingest(source, backend, progress=False)
+        yield backends
+    finally:
+        for backend in backends:
+            backend.drop()
+
+
+def check_pickles_before_and_after_an_epoch(stack, loader: str, name: str, **config) -> None:
+    """A copy pickled before the first epoch and one pickled after it read the same keys as the original."""
+    with make_loader(loader, stack, dataset=name, **config) as source:
+        fresh = pickle.loads(pickle.dumps(source))
+        first = [i.key for i in source]
+        used = pickle.loads(pickle.dumps(source))
+    for copy in (fresh, used):
+        with copy:
+            assert [i.key for i in copy] == first
 
 
 def epoch(stack, loader: str, name: str, **config) -> list[Item]:

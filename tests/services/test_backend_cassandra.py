@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from backend_checks import DiesAfter as FailingAfter
-from backend_checks import SourceDied as Interrupted
 from backend_checks import cassandra_backend as backend
+from backend_checks import (
+    check_oversized_sample_names_the_sample,
+    check_reingest_writes_nothing,
+    check_resume_after_interrupted_ingest,
+    check_verify_catches_changed_and_deleted,
+)
 
 from workbench.backends.registry import make_backend
 from workbench.clients import cassandra_session
@@ -59,25 +63,12 @@ def test_round_trip_byte_for_byte_with_metadata(stack, unique, keyspaces):
 
 
 def test_reingest_writes_nothing(stack, unique, keyspaces):
-    src = source(unique)
-    b = backend(stack, keyspaces, unique)
-    ingest(src, b, progress=False)
-    again = ingest(src, b, progress=False)
-    assert (again.samples, again.bytes, again.already_stored) == (0, 0, N)
-    assert sum(1 for _ in b.scan()) == N
+    check_reingest_writes_nothing(source(unique), backend(stack, keyspaces, unique), N)
 
 
 def test_resume_after_interrupted_ingest(stack, unique, keyspaces):
-    src = source(unique)
-    b = backend(stack, keyspaces, unique, workers=4)
-    with pytest.raises(Interrupted):
-        ingest(FailingAfter(src, 15), b, progress=False)
-    assert len(b.stored_ids()) == 15  # everything in flight was finished before the error went up
-
-    resumed = ingest(src, b, progress=False)
-    assert (resumed.already_stored, resumed.samples) == (15, N - 15)
-    report = verify(src, b)
-    assert report.ok and report.found == N  # no duplicates, nothing missing
+    # 15 of 15 stored: everything in flight was finished before the error went up
+    check_resume_after_interrupted_ingest(source(unique), backend(stack, keyspaces, unique, workers=4), 15, 15, N)
 
 
 def test_sample_without_metadata_row_is_rewritten(stack, unique, keyspaces):
@@ -95,19 +86,13 @@ def test_sample_without_metadata_row_is_rewritten(stack, unique, keyspaces):
 
 
 def test_verify_catches_changed_and_deleted_samples(stack, unique, keyspaces):
-    src = source(unique)
-    b = backend(stack, keyspaces, unique)
-    ingest(src, b, progress=False)
-    changed, deleted = list(src)[3], list(src)[7]
-    with cassandra_session(stack) as session:
-        session.execute(f"UPDATE {unique}.data_train SET data = %s WHERE id = %s",
-                        (changed.data[:-1] + bytes([changed.data[-1] ^ 0xFF]), changed.id))
-        session.execute(f"DELETE FROM {unique}.data_train WHERE id = %s", (deleted.id,))
-    report = verify(src, b)
-    assert not report.ok
-    assert report.mismatched == [changed.name]
-    assert report.missing == [deleted.name]
-    assert report.extra == []
+    def corrupt(changed, deleted) -> None:
+        with cassandra_session(stack) as session:
+            session.execute(f"UPDATE {unique}.data_train SET data = %s WHERE id = %s",
+                            (changed.data[:-1] + bytes([changed.data[-1] ^ 0xFF]), changed.id))
+            session.execute(f"DELETE FROM {unique}.data_train WHERE id = %s", (deleted.id,))
+
+    check_verify_catches_changed_and_deleted(source(unique), backend(stack, keyspaces, unique), corrupt)
 
 
 def test_blob_labels_segmentation_masks(stack, unique, keyspaces):
@@ -191,11 +176,8 @@ def test_invalid_split_name_is_refused(stack, unique, keyspaces):
 
 
 def test_oversized_sample_names_the_sample(stack, unique, keyspaces):
-    src = source(unique, 3)
-    b = backend(stack, keyspaces, unique, max_sample_bytes=1000)
-    first = next(iter(src))
-    with pytest.raises(WorkbenchError, match=f"sample {first.name} is {len(first.data)} bytes, over the cassandra"):
-        ingest(src, b, progress=False)
+    check_oversized_sample_names_the_sample(source(unique, 3), backend(stack, keyspaces, unique, max_sample_bytes=1000),
+                                            "cassandra")
 
 
 def test_drop_removes_the_dataset_and_is_idempotent(stack, unique, keyspaces):

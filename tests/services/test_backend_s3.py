@@ -19,7 +19,7 @@ from workbench.backends.s3_objects import S3ObjectsBackend
 from workbench.backends.s3_shards import S3ShardsBackend
 from workbench.data import Sample, SyntheticSource, read_index
 from workbench.errors import WorkbenchError
-from workbench.ingest import ingest, verify
+from workbench.ingest import IngestSummary, ingest, verify
 from workbench.storage import s3_client
 
 pytestmark = pytest.mark.services
@@ -35,12 +35,6 @@ def _delete_prefix(client, bucket: str, prefix: str = "") -> None:
 def _keys(client, bucket: str, prefix: str) -> dict[str, dict]:
     return {o["Key"]: o for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
             for o in page.get("Contents", [])}
-
-
-@pytest.fixture(scope="module")
-def settings(stack, tmp_path_factory):
-    """The stack's settings with a private state_dir (local manifests land there)."""
-    return stack.model_copy(update={"state_dir": tmp_path_factory.mktemp("state")})
 
 
 @pytest.fixture(scope="module")
@@ -116,12 +110,17 @@ def test_objects_layout_metadata_and_manifest(objects_ds, client, settings):
     assert not list(local.parent.glob(".*tmp"))
 
 
-def test_objects_reingest_writes_nothing(objects_ds, client):
-    source, backend = objects_ds
+def _reingest(dataset, client) -> tuple[IngestSummary, dict[str, dict], dict[str, dict]]:
+    """Ingest the dataset's source into its backend again: the summary and the dataset's objects before and after."""
+    source, backend = dataset
     before = _keys(client, backend.bucket, backend.prefix + "/")
     summary = ingest(source, backend, progress=False)
+    return summary, before, _keys(client, backend.bucket, backend.prefix + "/")
+
+
+def test_objects_reingest_writes_nothing(objects_ds, client):
+    summary, before, after = _reingest(objects_ds, client)
     assert (summary.samples, summary.already_stored) == (0, 80)
-    after = _keys(client, backend.bucket, backend.prefix + "/")
     assert {k: v["ETag"] for k, v in after.items()} == {k: v["ETag"] for k, v in before.items()}
     assert {k: v["LastModified"] for k, v in after.items()} == {k: v["LastModified"] for k, v in before.items()}
 
@@ -251,11 +250,8 @@ def test_shards_round_trip_and_index(shards_ds, client):
 
 
 def test_shards_reingest_writes_nothing(shards_ds, client):
-    source, backend = shards_ds
-    before = _keys(client, backend.bucket, backend.prefix + "/")
-    summary = ingest(source, backend, progress=False)
+    summary, before, after = _reingest(shards_ds, client)
     assert (summary.samples, summary.already_stored) == (0, 120)
-    after = _keys(client, backend.bucket, backend.prefix + "/")
     assert {k: (v["ETag"], v["LastModified"]) for k, v in after.items()} == {
         k: (v["ETag"], v["LastModified"]) for k, v in before.items()}
 

@@ -15,13 +15,14 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
+from loader_checks import ingested
 
 from workbench.backends import make_backend
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
-from workbench.ingest import ingest
 from workbench.loaders import make_loader
 from workbench.net.toxiproxy import Toxiproxy
 from workbench.stack import up
@@ -47,12 +48,8 @@ def dataset(stack):
     """60 small synthetic JPEGs in every backend the hardened loaders read."""
     name = f"faults_{uuid.uuid4().hex[:8]}"
     source = SyntheticSource(60, mean_kb=8, seed=23)
-    backends = [make_backend(b, stack, name, **opts) for b, opts in LAYOUTS.items()]
-    for backend in backends:
-        ingest(source, backend, progress=False)
-    yield name, Counter(str(s.id) for s in source)
-    for backend in backends:
-        backend.drop()
+    with ingested(stack, name, source, LAYOUTS):
+        yield name, Counter(str(s.id) for s in source)
 
 
 @pytest.fixture
@@ -119,21 +116,28 @@ def test_dead_path_gives_up_within_the_budget(stack, dataset, toxi, name):
     assert elapsed < 20, f"{name} took {elapsed:.1f} s to give up"
 
 
-def test_minio_crash_mid_epoch_delivers_exactly_once(stack, dataset, toxi):
-    dataset_name, expected = dataset
-    minio = ManagedProcess("minio", stack.state_dir / "run")
+def crash_at_item(stack, service: str, at: int) -> tuple[Callable[[int], None], list[threading.Thread]]:
+    """An `on_item` hook for `consume` that kill -9s `service` when item `at` arrives and brings it back up in a
+    thread of its own, and the list that thread lands in (empty while nothing was killed)."""
+    process = ManagedProcess(service, stack.state_dir / "run")
     restarted: list[threading.Thread] = []
 
     def crash() -> None:
-        minio.kill()
-        up(stack, ["minio"])
+        process.kill()
+        up(stack, [service])
 
     def on_item(n: int) -> None:
-        if n == 5:
+        if n == at:
             thread = threading.Thread(target=crash)
             thread.start()
             restarted.append(thread)
 
+    return on_item, restarted
+
+
+def test_minio_crash_mid_epoch_delivers_exactly_once(stack, dataset, toxi):
+    dataset_name, expected = dataset
+    on_item, restarted = crash_at_item(stack, "minio", 5)
     try:
         with make_loader("s3-objects", stack, dataset=dataset_name, via_proxy=True, concurrency=2) as loader:
             keys = consume(loader, on_item, pause_s=0.05)
@@ -152,19 +156,7 @@ def test_cassandra_crash_mid_epoch_delivers_exactly_once(stack, dataset, toxi):
     A restart takes ~15 s here (up to ~60 s on a cold machine): the loader's budget (90 s) outlasts it.
     """
     dataset_name, expected = dataset
-    cassandra = ManagedProcess("cassandra", stack.state_dir / "run")
-    restarted: list[threading.Thread] = []
-
-    def crash() -> None:
-        cassandra.kill()
-        up(stack, ["cassandra"])
-
-    def on_item(n: int) -> None:
-        if n == 5:
-            thread = threading.Thread(target=crash)
-            thread.start()
-            restarted.append(thread)
-
+    on_item, restarted = crash_at_item(stack, "cassandra", 5)
     start = time.monotonic()
     try:
         with make_loader("cassandra", stack, dataset=dataset_name, via_proxy=True, retries=1000, retry_budget_s=90,

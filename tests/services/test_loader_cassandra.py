@@ -8,7 +8,6 @@ Datasets are ingested once per module into keyspaces of their own and dropped at
 from __future__ import annotations
 
 import importlib.util
-import pickle
 import platform
 import threading
 import time
@@ -17,6 +16,7 @@ from collections import Counter
 from importlib import import_module
 
 import pytest
+from loader_checks import check_pickles_before_and_after_an_epoch
 
 from workbench import catalog
 from workbench.backends.registry import make_backend
@@ -287,14 +287,7 @@ def test_stopping_early_and_close_stop_the_prefetch_thread(stack, loader, data):
 
 
 def test_a_loader_pickles_before_and_after_connecting(stack, loader, data):
-    d = data["cls"]
-    with make_loader(loader, stack, dataset=d.name, seed=4) as source:
-        before = pickle.loads(pickle.dumps(source))
-        keys = [i.key for i in source]
-        after = pickle.loads(pickle.dumps(source))
-    for copy in (before, after):
-        with copy:
-            assert [i.key for i in copy] == keys
+    check_pickles_before_and_after_an_epoch(stack, loader, data["cls"].name, seed=4)
 
 
 # ---------------------------------------------------------------------------------------- latency

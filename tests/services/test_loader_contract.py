@@ -13,11 +13,10 @@ from loader_checks import (
     check_shuffled_epochs_differ,
     check_two_ranks_never_overlap,
     check_worker_batches_arrive_in_shared_memory,
+    ingested,
 )
 
-from workbench.backends import make_backend
 from workbench.data import SyntheticSource
-from workbench.ingest import ingest
 from workbench.loaders import loader_class, make_loader
 
 pytestmark = pytest.mark.services
@@ -34,15 +33,11 @@ def dataset(stack):
 
     name = f"contract_{uuid.uuid4().hex[:8]}"
     source = SyntheticSource(48, mean_kb=8, seed=11)
-    backends = [make_backend(b, stack, name, **opts) for b, opts in LAYOUTS.items()]
-    for backend in backends:
-        ingest(source, backend, progress=False)
-    peers_with_layouts = {loader_class(n) for n in LOADERS if hasattr(loader_class(n), "prepare_dataset")}
-    for cls in peers_with_layouts:
-        cls.prepare_dataset(stack, name, source)
-    yield name, {str(s.id): s for s in source}
-    for backend in backends:
-        backend.drop()
+    with ingested(stack, name, source, LAYOUTS):
+        peers_with_layouts = {loader_class(n) for n in LOADERS if hasattr(loader_class(n), "prepare_dataset")}
+        for cls in peers_with_layouts:
+            cls.prepare_dataset(stack, name, source)
+        yield name, {str(s.id): s for s in source}
 
 
 @pytest.mark.parametrize("loader", LOADERS)

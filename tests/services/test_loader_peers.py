@@ -10,16 +10,15 @@ import pytest
 from loader_checks import (
     check_dataloader_workers_deliver_each_sample_once,
     check_one_epoch_is_exactly_the_split,
+    check_pickles_before_and_after_an_epoch,
     check_shuffled_epochs_differ,
     check_two_ranks_never_overlap,
     epoch,
+    ingested,
 )
 
-from workbench.backends import make_backend
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
-from workbench.ingest import ingest
-from workbench.loaders import make_loader
 
 pytestmark = pytest.mark.services
 
@@ -35,16 +34,12 @@ def dataset(stack):
 
     name = f"peers_{uuid.uuid4().hex[:8]}"
     source = SyntheticSource(48, mean_kb=8, seed=11)
-    backends = [make_backend("s3-shards", stack, name, maxcount=6), make_backend("s3-objects", stack, name)]
-    try:
-        for backend in backends:
-            ingest(source, backend, progress=False)
-        write_mds(stack, name, source, size_limit=64 * 1024)
-        yield name, {str(s.id): s for s in source}
-    finally:
-        drop_mds(stack, name)
-        for backend in backends:
-            backend.drop()
+    with ingested(stack, name, source, {"s3-shards": {"maxcount": 6}, "s3-objects": {}}):
+        try:
+            write_mds(stack, name, source, size_limit=64 * 1024)
+            yield name, {str(s.id): s for s in source}
+        finally:
+            drop_mds(stack, name)
 
 
 @pytest.mark.parametrize("loader", PEERS)
@@ -78,16 +73,7 @@ def test_dataloader_workers_deliver_each_sample_once(stack, dataset, loader):
 
 @pytest.mark.parametrize("loader", PEERS)
 def test_a_loader_pickles_before_and_after_an_epoch(stack, dataset, loader):
-    import pickle
-
-    name, _ = dataset
-    with make_loader(loader, stack, dataset=name, shard_id=1, num_shards=2) as source:
-        fresh = pickle.loads(pickle.dumps(source))
-        first = [i.key for i in source]
-        used = pickle.loads(pickle.dumps(source))
-    for copy in (fresh, used):
-        with copy:
-            assert [i.key for i in copy] == first
+    check_pickles_before_and_after_an_epoch(stack, loader, dataset[0], shard_id=1, num_shards=2)
 
 
 @pytest.mark.parametrize("loader", PEERS)

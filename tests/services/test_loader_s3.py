@@ -35,12 +35,6 @@ N = 200
 
 
 @pytest.fixture(scope="module")
-def settings(stack, tmp_path_factory):
-    """The stack's settings with a private state_dir (catalog and local manifests land there)."""
-    return stack.model_copy(update={"state_dir": tmp_path_factory.mktemp("state")})
-
-
-@pytest.fixture(scope="module")
 def client(settings):
     return s3_client(settings)
 

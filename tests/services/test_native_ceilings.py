@@ -29,12 +29,6 @@ LAYOUTS = {"s3-shards": {"maxcount": 7}, "fs-shards": {"layout": "shards", "maxc
 
 
 @pytest.fixture(scope="module")
-def settings(stack, tmp_path_factory):
-    """The stack's settings with a private state_dir (catalog, fs datasets)."""
-    return stack.model_copy(update={"state_dir": tmp_path_factory.mktemp("state")})
-
-
-@pytest.fixture(scope="module")
 def datasets(settings):
     """variant -> (dataset name, backend name, expected (samples, bytes) of 'train' from the backend's scan())."""
     made = {}

@@ -13,6 +13,7 @@ import uuid
 from collections import Counter
 
 import pytest
+from resume_checks import collated_keys, interrupted
 
 from workbench.backends import make_backend
 from workbench.data import SyntheticSource
@@ -106,19 +107,10 @@ def test_stateful_dataloader_with_two_workers_resumes(stack, dataset, loader):
         return StatefulDataLoader(data, batch_size=None, num_workers=2,
                                   multiprocessing_context=worker_context(stack, 2))
 
-    whole = [list(b["key"]) for b in data_loader()]
-    first, head = data_loader(), []
-    for element in first:
-        head.append(list(element["key"]))
-        if len(head) == 3:
-            break
-    state = first.state_dict()
+    whole = [collated_keys(b) for b in data_loader()]
+    head, state, rest = interrupted(data_loader, 3)
     workers = state["_snapshot"]["_worker_snapshots"]
     assert sorted(workers[w]["dataset_state"]["position"] for w in workers) == [4, 8]  # the datasets' own states
-    del first
-    again = data_loader()
-    again.load_state_dict(state)
-    rest = [list(b["key"]) for b in again]
     assert head + rest == whole
     assert Counter(k for b in head + rest for k in b) == Counter(ids)
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from workbench.backends.registry import make_backend
-from workbench.config import Settings
 from workbench.data import ImageFolderSource, verify_image
 from workbench.errors import WorkbenchError
 from workbench.ingest import BadImagesError, ingest, verify
@@ -49,11 +48,6 @@ def test_no_python_repr_in_any_reason(data):
     reason = verify_image(data)
     assert reason and "\n" not in reason
     assert "0x" not in reason and "<" not in reason and "object at" not in reason, reason
-
-
-@pytest.fixture
-def settings(tmp_path) -> Settings:
-    return Settings(state_dir=tmp_path / "state", s3_access_key=None, s3_secret_key=None)
 
 
 @pytest.mark.parametrize("layout", ["imagefolder", "shards"])

@@ -1,7 +1,6 @@
-import os
-import stat
 
 import pytest
+from credential_checks import check_first_credentials
 
 from workbench.config import Settings, ensure_credentials, get_settings
 from workbench.errors import WorkbenchError
@@ -35,12 +34,8 @@ def test_ensure_credentials_writes_private_env_file_once(tmp_path, monkeypatch):
     monkeypatch.delenv("WORKBENCH_S3_ACCESS_KEY", raising=False)
     monkeypatch.delenv("WORKBENCH_S3_SECRET_KEY", raising=False)
     env = tmp_path / ".env"
-    env.write_text("WORKBENCH_TIMEOUT_S=5\n")
-    env.chmod(0o644)
-    assert ensure_credentials(env) is True
-    assert stat.S_IMODE(os.stat(env).st_mode) == 0o600
-    first = env.read_text()
-    assert "WORKBENCH_TIMEOUT_S=5" in first and "WORKBENCH_S3_SECRET_KEY=" in first
+    first = check_first_credentials(env)
+    assert "WORKBENCH_S3_SECRET_KEY=" in first
     get_settings.cache_clear()
     assert ensure_credentials(env) is False
     assert env.read_text() == first

@@ -123,11 +123,6 @@ def test_a_partitioned_object_writer_leaves_the_manifest_to_the_final_write(tmp_
 # ------------------------------------------------------------------------------------------ real Spark jobs
 
 
-@pytest.fixture
-def settings(tmp_path) -> Settings:
-    return Settings(state_dir=tmp_path / "state", s3_access_key=None, s3_secret_key=None)
-
-
 @needs_spark
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["imagefolder", "shards"])

@@ -12,7 +12,6 @@ from torch.utils.data import DataLoader
 
 from workbench.adapters.torch import LoaderDataset, collate_raw, worker_context
 from workbench.backends.registry import make_backend
-from workbench.config import Settings
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
@@ -21,11 +20,6 @@ from workbench.loaders.fs import raw_ceiling
 
 LAYOUTS = ["imagefolder", "shards"]
 N = 60
-
-
-@pytest.fixture
-def settings(tmp_path) -> Settings:
-    return Settings(state_dir=tmp_path / "state", s3_access_key=None, s3_secret_key=None)
 
 
 @pytest.fixture(scope="module")

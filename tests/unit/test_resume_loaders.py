@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
+from resume_checks import collated_keys, interrupted
 from shared_sources import TwoSplits
 
 from workbench.adapters.torch import BatchDataset, LoaderDataset, collate_raw, worker_context
@@ -191,11 +192,6 @@ def test_out_of_order_states_list_the_delivered_ids_and_must_match_the_order():
 N = 60  # 45 train samples
 
 
-@pytest.fixture
-def settings(tmp_path) -> Settings:
-    return Settings(state_dir=tmp_path / "state", s3_access_key=None, s3_secret_key=None)
-
-
 @pytest.fixture(scope="module")
 def source():
     return TwoSplits(SyntheticSource(N, mean_kb=4, name=f"fsr-{uuid.uuid4().hex[:6]}"))
@@ -269,19 +265,9 @@ def test_fs_in_a_stateful_dataloader_with_two_workers(settings, source, dataset,
         return StatefulDataLoader(data, batch_size=4, num_workers=2, collate_fn=collate_raw,
                                   multiprocessing_context=worker_context(settings, 2))
 
-    whole = [list(b["key"]) for b in loader()]
-    first = loader()
-    head = []
-    for batch in first:
-        head.append(list(batch["key"]))
-        if len(head) == 4:
-            break
-    state = first.state_dict()
+    whole = [collated_keys(b) for b in loader()]
+    head, state, rest = interrupted(loader, 4)
     assert worker_positions(state) == [8, 8]  # the datasets' own states: no fast-forwarding by re-reading
-    del first
-    again = loader()
-    again.load_state_dict(state)
-    rest = [list(b["key"]) for b in again]
     assert head + rest == whole
     assert Counter(k for b in head + rest for k in b) == Counter(train)
 

@@ -9,6 +9,7 @@ import os
 import stat
 
 import pytest
+from credential_checks import check_first_credentials
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import pkcs12
 from pydantic import SecretStr
@@ -73,12 +74,7 @@ def test_minio_is_never_launched_with_minioadmin_unless_dev_mode(clean_env):
 
 def test_ensure_credentials_writes_every_login_once_into_a_private_file(clean_env):
     env = clean_env / ".env"
-    env.write_text("WORKBENCH_TIMEOUT_S=5\n")
-    env.chmod(0o644)
-    assert ensure_credentials(env) is True
-    assert stat.S_IMODE(os.stat(env).st_mode) == 0o600
-    written = env.read_text()
-    assert "WORKBENCH_TIMEOUT_S=5" in written
+    written = check_first_credentials(env)
     settings = Settings(_env_file=env)
     assert settings.cassandra_username == "workbench" and settings.ignite_username == "workbench"
     for secret in (settings.cassandra_password, settings.ignite_password, settings.s3_secret_key):

@@ -150,13 +150,19 @@ def test_truncated_shard_raises(samples: list[Sample]) -> None:
             list(read_shard(data[:cut], info.name))
 
 
+def _shard_files(samples: list[Sample], folder: Path) -> list[str]:
+    """The samples packed 12 to a shard, each shard a file in `folder`: the files' paths, in order."""
+    paths = []
+    for info, data in pack_shards(samples, maxcount=12):
+        (folder / info.name).write_bytes(data)
+        paths.append(str(folder / info.name))
+    return paths
+
+
 @pytest.mark.filterwarnings("ignore::ResourceWarning")  # webdataset 1.0 leaves local shard files to the GC
 def test_readable_by_webdataset(samples: list[Sample], tmp_path: Path) -> None:
     wds = pytest.importorskip("webdataset")
-    urls = []
-    for info, data in pack_shards(samples, maxcount=12):
-        (tmp_path / info.name).write_bytes(data)
-        urls.append(str(tmp_path / info.name))
+    urls = _shard_files(samples, tmp_path)
     by_key = {sample_key(s): s for s in samples}
     got = list(wds.WebDataset(urls, shardshuffle=False, empty_check=False))
     gc.collect()  # close its leaked file objects while the warning filter above applies
@@ -172,10 +178,7 @@ def test_readable_by_webdataset(samples: list[Sample], tmp_path: Path) -> None:
 def test_webdataset_default_decoding_works_on_our_shards(samples: list[Sample], tmp_path: Path) -> None:
     """webdataset's `.decode()` turns `.id` entries into ints; our uuid entry must not trip it."""
     wds = pytest.importorskip("webdataset")
-    urls = []
-    for info, data in pack_shards(samples, maxcount=12):
-        (tmp_path / info.name).write_bytes(data)
-        urls.append(str(tmp_path / info.name))
+    urls = _shard_files(samples, tmp_path)
     dataset = wds.WebDataset(urls, shardshuffle=False, empty_check=False)
     decoded = list(dataset.decode("pil").to_tuple("jpg", "cls", "uid"))
     gc.collect()

@@ -220,3 +220,44 @@ def test_preprocess_decodes_on_the_gpu(stack, data):
     out = infer(stack, "preprocess", pack_images([s.data for s in samples[:2]]), "grpc")
     assert (out["DECODE_DEVICE"] >= 0).all(), "DALI decoded on the CPU although a GPU is present"
     assert out["PIXELS"].shape == (2, 3, 224, 224)
+
+
+@pytest.mark.parametrize(("model", "protocol"), [("ensemble", "http"), ("cass_to_inference", "grpc")])
+def test_perf_analyzer_sweep_yields_rows(stack, data, tmp_path, model, protocol):
+    """Triton's perf_analyzer at 2 concurrencies x 1 batch size, fed the ingested samples (a short measurement)."""
+    from workbench.bench.perf_analyzer import Measurement, find_perf_analyzer, sweep_perf_analyzer
+    from workbench.errors import WorkbenchError
+
+    try:
+        find_perf_analyzer()
+    except WorkbenchError as exc:
+        pytest.skip(str(exc))  # `workbench inference perf-install` unpacks one
+    name, samples = data
+    # a loaded machine's latencies vary more than 100 % between windows: accept the first three (behaviour, not speed)
+    measurement = Measurement("count_windows", request_count=4, interval_ms=1000, stability_percent=1000, max_trials=4)
+    rows = sweep_perf_analyzer(stack, model, "cassandra", name, [1, 2], [2], protocol, samples=8,
+                               measurement=measurement, results_dir=tmp_path, name="perf", timeout_s=240)
+    assert [(r["concurrency"], r["batch_size"]) for r in rows] == [(1, 2), (2, 2)]
+    for row in rows:
+        assert row["tool"] == "perf_analyzer" and row["model"] == model and row["protocol"] == protocol
+        assert row["inferences_per_s"] > 0
+        assert 0 < row["latency_ms_p50"] <= row["latency_ms_p90"] <= row["latency_ms_p99"]
+        assert row["server_compute_infer_ms"] > 0 and row["server_ms"] >= row["server_compute_infer_ms"]
+        assert row["config"]["samples"] == 8 and row["config"]["perf_analyzer"]
+        assert "--concurrency-range" in row["config"]["command"]
+    if model == "cass_to_inference":
+        assert rows[0]["config"]["table"] == TABLE and rows[0]["config"]["entry_bytes"] == 36
+    else:
+        assert rows[0]["config"]["entry_bytes"] > min(len(s.data) for s in samples)  # the longest row + its size
+    written = json.loads((tmp_path / "perf.json").read_text())
+    assert len(written["rows"]) == 2 and "packages" in written["rows"][0]["environment"]
+    assert (tmp_path / "perf.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in (tmp_path / "perf_analyzer").iterdir()) == ["perf-c1-b2.csv", "perf-c2-b2.csv"]
+
+
+def test_perf_analyzer_cannot_send_the_table_over_http(stack, data, tmp_path):
+    from workbench.bench.perf_analyzer import sweep_perf_analyzer
+    from workbench.errors import WorkbenchError
+
+    with pytest.raises(WorkbenchError, match="over gRPC only"):
+        sweep_perf_analyzer(stack, "cass_to_inference", "cassandra", data[0], [1], [1], "http", results_dir=tmp_path)

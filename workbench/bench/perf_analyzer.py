@@ -389,6 +389,9 @@ def sweep_perf_analyzer(
         check_writable(results_dir)
     binary = find_perf_analyzer()
     table = (table or cassandra_table(settings, dataset, split)) if kind == "uuid" else None
+    if table and protocol != "grpc":
+        raise WorkbenchError(f"perf_analyzer sends request parameters (cass_to_inference's table {table}) over gRPC "
+                             "only: use --protocol grpc")
     arrays = read_samples(settings, model, loader_name, dataset, samples, **options)
     url = where([triton_address(settings, protocol, via_proxy)])
     name = name or f"perf_analyzer-{model}-{protocol}"

@@ -2,8 +2,9 @@
 
 Three panels: inferences/s against requests in flight (one line per model and batch size); latency p50
 (solid), p90 (dashed) and p99 (dotted) against requests in flight; where the p50 request's time goes at
-each point (server queue, compute input/infer/output, and the rest: network, send and receive), so a
-queue that grows with concurrency is told apart from compute that does.
+each point (the model's server queue, compute input/infer/output, and the rest: network, send and receive,
+and for an ensemble the waits between its steps, which Triton counts in the composing models' queues, not
+the ensemble's), so waiting that grows with concurrency is told apart from compute that does.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from matplotlib.figure import Figure
 from workbench.errors import WorkbenchError
 from workbench.results import write_atomically
 
+_SHORT = {"ensemble": "ens", "cass_to_inference": "c2i"}
 _PARTS = (("server_queue_ms", "server queue"), ("server_compute_input_ms", "compute input"),
           ("server_compute_infer_ms", "compute infer"), ("server_compute_output_ms", "compute output"))
 
@@ -50,14 +52,15 @@ def plot_perf_analyzer(rows: Sequence[dict], out: Path, title: str | None = None
     labels, bottoms = [], []
     flat = [p for points in series.values() for p in points]
     for row in flat:
-        labels.append(f"{row['model'][:4]} b{row['batch_size']} c{row['concurrency']}")
+        labels.append(f"{_SHORT.get(row['model'], row['model'])} b{row['batch_size']} c{row['concurrency']}")
         bottoms.append(0.0)
     for i, (column, name) in enumerate(_PARTS):
         heights = [float(row.get(column, 0.0)) for row in flat]
         parts.bar(range(len(flat)), heights, bottom=bottoms, color=f"C{i}", label=name)
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     rest = [max(0.0, float(row["latency_ms_p50"]) - b) for row, b in zip(flat, bottoms, strict=True)]
-    parts.bar(range(len(flat)), rest, bottom=bottoms, color="0.75", label="rest of p50 (network, client)")
+    parts.bar(range(len(flat)), rest, bottom=bottoms, color="0.75",
+              label="rest of p50: network, client, waits inside the ensemble")
     parts.set_xticks(range(len(flat)), labels, rotation=60, ha="right", fontsize=7)
     parts.set(ylabel="ms", title="server time (means) within the p50 request")
     for axis in (throughput, latency, parts):

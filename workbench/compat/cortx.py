@@ -19,14 +19,15 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 from pydantic import ValidationError
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
+from workbench.compat.resumable import Resumable, worker
 from workbench.concurrency import in_flight
 from workbench.config import Settings
 from workbench.data import META_ENTRIES, Sample, TorchDatasetSource
 from workbench.errors import WorkbenchError, first_line
 from workbench.layouts.common import check_split
-from workbench.layouts.shards import ShardSet
+from workbench.layouts.shards import ShardSet, sample_item
 from workbench.loaders.s3_shards import S3ShardsConfig, S3ShardsLoader
 from workbench.storage import S3Store, s3_client_at
 
@@ -201,7 +202,7 @@ class _ClientSpec:
                             session_token=self.token, config=self.config)
 
 
-class RemoteDataset(IterableDataset):
+class RemoteDataset(Resumable, IterableDataset):
     """cortx_pytorch's dataset: s3-shards streamed into a webdataset-style pipeline.
 
     ``RemoteDataset(settings_or_client, bucket, folder, split="train", **loader_config)`` reads
@@ -220,7 +221,13 @@ class RemoteDataset(IterableDataset):
     DataLoader workers split the shards (shards are the unit of splitting: keep at least as many as
     ranks x workers). A boto3 client is rebuilt in each worker from its endpoint, region, credentials
     and config; with `Settings`, the workbench's own client is made there. Call `set_epoch` each epoch.
+
+    Resumable (torchdata's Stateful convention): `state_dict()` / `load_state_dict()` are the s3-shards
+    loader's state (per DataLoader worker, as `StatefulDataLoader` keeps it): a fresh dataset given the state
+    of one stopped after k elements delivers exactly the rest of that epoch.
     """
+
+    _state_name = "s3-shards"
 
     def __init__(self, settings_or_client: Any, bucket: str, prefix: str = "", split: str = "train",
                  **loader_config: Any) -> None:
@@ -288,14 +295,12 @@ class RemoteDataset(IterableDataset):
         kw = {"collation_fn": collation_fn} if collation_fn is not None else {}
         return self._then(wds.filters.batched(batchsize, partial=partial, **kw))
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
     # ------------------------------------------------------------------------------------- reading
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_client"] = None  # rebuilt from _spec in the worker
+        state["_live"] = None  # a reading loader stays in its process
         return state
 
     def _store(self) -> S3Store | None:
@@ -309,14 +314,56 @@ class RemoteDataset(IterableDataset):
         settings = self.settings if self.settings is not None else Settings.model_construct()
         return S3ShardsLoader(settings, self.config, worker_id, num_workers, store=self._store())
 
+    # resuming (torchdata's Stateful convention): the state is the s3-shards loader's own, of the loader that
+    # reads the raw samples (`_RawSamples`); it resumes by fetching only the shard members still to come.
+
+    def _order(self) -> S3ShardsConfig:
+        return self.config
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self._reset_state()
+        self.epoch = epoch
+
     def __iter__(self) -> Iterator[Any]:
-        info = get_worker_info()
-        worker_id, num_workers = (info.id, info.num_workers) if info else (0, 1)
-        with self.loader(worker_id, num_workers) as loader:
-            source: Iterator[Any] = (_as_text(s) for s in loader.raw_samples(self.epoch))
-            for stage in self.stages:
-                source = stage(source)
-            yield from source
+        # Not a generator: the loaded state is taken now (StatefulDataLoader asks for a state at once).
+        return self._read(self._begin())
+
+    def _read(self, resume: dict[str, Any] | None) -> Iterator[Any]:
+        settings = self.settings if self.settings is not None else Settings.model_construct()
+        with _RawSamples(settings, self.config, *worker(), store=self._store()) as loader:
+            loader.set_epoch(self.epoch)
+            if resume is not None:
+                loader.load_state_dict(resume)
+            self._live = loader
+            try:
+                source: Iterator[Any] = (_as_text(raw.sample) for raw in loader)
+                for stage in self.stages:
+                    source = stage(source)
+                yield from source
+            finally:
+                self._end(loader)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Raw:
+    """A raw sample dict as the loaders' Item: its id (`key`) and image bytes (`data`) for counting and states."""
+
+    key: str
+    data: bytes
+    sample: dict[str, Any]
+
+
+class _RawSamples(S3ShardsLoader):
+    """The s3-shards loader yielding webdataset's raw sample dicts, so the loader's own resume and counting apply
+    (`Loader.state_dict`, `load_state_dict`): a state counts samples the pipeline pulled. Stages that pull ahead
+    of what they yield (a shuffle buffer) make that more than the consumer saw; map, decode, to_tuple and
+    batched pull exactly what they yield."""
+
+    def iter_epoch(self, epoch: int) -> Iterator[Any]:
+        for sample in self.raw_samples(epoch):
+            item = sample_item(sample, "none")
+            yield _Raw(item.key, item.data, sample)
 
 
 def _as_text(sample: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ every connection uses TLS, the server verified against the stack's CA; ``certfil
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +29,12 @@ from workbench.clients.ignite import (
     scan_cursor,
     settings_endpoint,
 )
+from workbench.compat.resumable import Order, PartitionReader
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
+from workbench.loaders.consumed import ConsumedState
 from workbench.loaders.ignite import describe_value
+from workbench.loaders.resume import check_state, make_state
 
 DEFAULT_PARTITIONS = 1024
 ENV_HOST, ENV_PORT, ENV_PART = "IGNITE_DATASET_HOST", "IGNITE_DATASET_PORT", "IGNITE_DATASET_PART"
@@ -267,3 +270,74 @@ def IgniteDataset(cache_name: str, host: str | None = None, port: int | None = N
             yield {"key": key_node.convert(key, where), "val": val_node.convert(value, where)}
 
     return tf.data.Dataset.from_generator(generate, output_signature=signature)
+
+
+class ResumableIgniteDataset:
+    """IgniteDataset's elements, resumable mid-scan (torchdata's Stateful convention); same arguments.
+
+    Iterate it (eager tensors, as IgniteDataset's) and `state_dict()` is the state recorded with the last
+    element taken, not where the scan is: tf.data reads ahead of the consumer (`workbench.loaders.consumed`).
+    A fresh object given that state by `load_state_dict` goes on with the next entry, none twice, none
+    missed (`workbench.compat.resumable.PartitionReader`: entries of the partition in progress are scanned
+    again and dropped). `dataset` is the tf.data.Dataset itself (iterated elsewhere, nothing is counted).
+    """
+
+    _state_name = "ignite-dataset"
+
+    def __init__(self, cache_name: str, host: str | None = None, port: int | None = None, local: bool = False,
+                 part: int = -1, page_size: int = 100, username: str | None = None, password: str | None = None,
+                 certfile: str | None = None, keyfile: str | None = None, cert_password: str | None = None,
+                 settings: Settings | None = None) -> None:
+        from workbench.tf_import import tensorflow
+        tf = tensorflow()
+
+        self.source = dataset_source(cache_name, host, port, local, part, page_size, username, password, certfile,
+                                     keyfile, cert_password, settings)
+        first_key, first_value = self.source.first()
+        self._key_node = infer_schema(first_key, f"Ignite cache {cache_name}: key")
+        self._val_node = infer_schema(first_value, f"Ignite cache {cache_name}: key {first_key!r}")
+        self.epoch = 0
+        self._pending: dict[str, Any] | None = None
+        self._resume: dict[str, Any] | None = None
+        self._consumed = ConsumedState(self._start())
+        signature = {"key": self._key_node.spec(), "val": self._val_node.spec()}
+        self.dataset = tf.data.Dataset.from_generator(self._generate, output_signature=signature)
+
+    def _order(self) -> Order:
+        return ignite_order(self.source)
+
+    def _start(self) -> dict[str, Any]:
+        return make_state(self._state_name, self._order(), 0, 1, self.epoch)  # type: ignore[arg-type]
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._consumed.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from `state` (checked now: a state of another cache or part is one WorkbenchError line)."""
+        resume = check_state(self._state_name, state, self._order(), 0, 1)  # type: ignore[arg-type]
+        self.epoch, self._pending = resume.epoch, dict(state)
+        self._consumed.restart(self._pending)
+
+    def _generate(self) -> Iterator[dict]:
+        reader = PartitionReader(self, [self.source.part], self._resume)
+        for key, value in reader.entries():
+            where = f"Ignite cache {self.source.cache_name}: key {key!r}"
+            element = {"key": self._key_node.convert(key, where), "val": self._val_node.convert(value, where)}
+            self._consumed.produced(reader.state_dict())  # before tf can hand the element on
+            yield element
+        self._consumed.finished(reader.state_dict())
+
+    def __iter__(self) -> Iterator[dict]:
+        self._resume, self._pending = self._pending, None
+        self._consumed.restart(self._resume or self._start())
+        for element in self.dataset:
+            self._consumed.taken()
+            yield element
+        self._consumed.exhausted()
+
+
+def ignite_order(source: DatasetSource, seed: int = 0, shuffle: bool = False, shard_id: int = 0,
+                 num_shards: int = 1) -> Order:
+    """What fixes the order of an Ignite dataset's scan, for its saved states: the cache, where, which part."""
+    return Order(f"ignite://{source.endpoint.where}/{source.cache_name}/part{source.part}", seed, shuffle, shard_id,
+                 num_shards)

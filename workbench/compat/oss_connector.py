@@ -34,6 +34,7 @@ its URI, a missing bucket one naming the bucket.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import operator
@@ -45,8 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torch.utils.data import Dataset, IterableDataset, get_worker_info
+from torch.utils.data import Dataset, IterableDataset
 
+from workbench.compat.resumable import ListReader, Order, Resumable, worker
 from workbench.concurrency import LazyPool, map_in_flight
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
@@ -315,13 +317,19 @@ class ObjectMapDataset(_Objects, Dataset):
             yield self._apply(item)
 
 
-class ObjectIterableDataset(_Objects, IterableDataset):
+class ObjectIterableDataset(Resumable, _Objects, IterableDataset):
     """Iterable: `prefetch_concurrency` GETs in flight, objects split across ranks and DataLoader workers.
 
     Options (keyword arguments of every constructor): ``shuffle`` (a seeded order per epoch, see
     `set_epoch`), ``seed``, ``shard_id``/``num_shards`` (ranks). Without shuffle, a single worker yields
     the objects in list order; several workers interleave (each takes every n-th object).
+
+    Resumable (torchdata's Stateful convention): `state_dict()` after k elements, given to a fresh dataset's
+    `load_state_dict()`, makes its next iteration GET only the rest of that epoch (per DataLoader worker, as
+    `StatefulDataLoader` keeps it). Map-style `ObjectMapDataset` needs none: its sampler is what resumes.
     """
+
+    _state_name = "oss-objects"
 
     def __init__(self, refs: Sequence[ObjectRef], settings: Settings | None = None,
                  transform: Callable[[ObjectItem], Any] | None = None, prefetch_concurrency: int | None = None,
@@ -331,21 +339,48 @@ class ObjectIterableDataset(_Objects, IterableDataset):
         effective_shard(shard_id, num_shards)  # rejects bad ranks now
         self.shuffle, self.seed, self.shard_id, self.num_shards = shuffle, seed, shard_id, num_shards
         self.epoch = 0
+        self._digest: str | None = None
 
     def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self._reset_state()
         self.epoch = epoch
 
     def __len__(self) -> int:
         """Objects of this rank (all DataLoader workers together)."""
         return len(take_shard(range(len(self.refs)), self.shard_id, self.num_shards))
 
+    # resuming (torchdata's Stateful convention: `workbench.compat.resumable`): the state is the loaders' format,
+    # the epoch and how many objects of this reader's order it delivered; a resumed epoch GETs only the rest.
+
+    def _order(self) -> Order:
+        if self._digest is None:
+            digest = hashlib.sha256()
+            for ref in self.refs:
+                digest.update(ref.uri.encode() + b"\n")
+            self._digest = f"{len(self.refs)} objects {digest.hexdigest()[:16]}"
+        return Order(self._digest, self.seed, self.shuffle, self.shard_id, self.num_shards)
+
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), "_live": None}
+
     def __iter__(self) -> Iterator[Any]:
-        info = get_worker_info()
-        worker_id, num_workers = (info.id, info.num_workers) if info else (0, 1)
+        # Not a generator: the loaded state is taken now, so a state_dict() asked before the first element
+        # (StatefulDataLoader asks at once) describes this iteration.
+        saved = self._begin()
+        worker_id, num_workers = worker()
         order = epoch_order(self.refs, self.seed, self.epoch, self.shuffle)
         mine = take_shard(order, *effective_shard(self.shard_id, self.num_shards, worker_id, num_workers))
-        for item in self._fetch_many(mine):
-            yield self._apply(item)
+        reader = ListReader(self, mine, self.epoch, self.check(saved) if saved is not None else None)
+        self._live = reader
+        return self._read(reader)
+
+    def _read(self, reader: ListReader) -> Iterator[Any]:
+        try:
+            for item in reader.count(self._fetch_many(reader.rest)):
+                yield self._apply(item)
+        finally:
+            self._end(reader)
 
 
 class _NamedBytesIO(io.BytesIO):

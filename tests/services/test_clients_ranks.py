@@ -4,6 +4,7 @@ shard fail the check with the duplicated and missing counts."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -50,3 +51,40 @@ def test_two_ranks_on_one_shard_are_caught(stack, dataset):
     assert row["status"] == "error" and not row["exactly_once"]
     assert row["duplicated"] == row["rank_samples"][0] and row["missing"] == len(train) - row["rank_samples"][0]
     assert "missing" in row["error"] and "duplicated" in row["error"]
+
+
+@pytest.mark.slow
+def test_a_sweep_with_a_clients_axis_checks_every_point(stack, tmp_path):
+    """`clients: [1, 2]` in a sweep: every row is R ranks' run with the aggregate and slowest rank's rates,
+    one AU per rank, the topology it ran and a passed exactly-once check; the scaling figure draws them."""
+    import pandas as pd
+
+    from workbench.bench.sweep import run_sweep
+    from workbench.bench.sweep_config import load_sweep_config
+    from workbench.report import load
+    from workbench.report.scaling import throughput_vs_clients
+
+    cfg = load_sweep_config({
+        "name": "clients-axis", "loaders": ["s3-shards", "cassandra"],
+        "data": {"count": 48, "mean_kb": 8, "seed": 17}, "network": {"rtt_ms": [0]},
+        "layout": {"shard_maxcount": [6]}, "loader": {"batch_size": [8], "concurrency": [4]},
+        "compute": {"ms_per_batch": [2]}, "clients": [1, 2], "repetitions": 1, "warmup_batches": 1})
+    folder = run_sweep(stack, cfg, tmp_path, progress=False)
+    runs = pd.read_parquet(folder / "runs.parquet")
+    assert sorted(zip(runs.loader, runs.clients, strict=True)) == [("cassandra", 1), ("cassandra", 2),
+                                                                   ("s3-shards", 1), ("s3-shards", 2)]
+    assert (runs.status == "ok").all(), runs.error.tolist()
+    assert runs.exactly_once.all() and (runs.samples == 48).all() and (runs.expected_samples == 48).all()
+    assert (runs[["missing", "duplicated", "unexpected"]] == 0).all().all()
+    assert (runs.topology_client_ranks == runs.clients).all()
+    assert (runs.topology_launcher == stack.launcher).all()
+    for _, row in runs.iterrows():
+        per_rank = json.loads(row.rank_samples)
+        assert len(per_rank) == row.clients and sum(per_rank) == 48 and all(per_rank)
+        assert len(json.loads(row.au_per_accelerator)) == row.clients  # one emulated accelerator per rank
+        assert row.samples_per_s > 0 and row.slowest_rank_samples_per_s > 0
+        assert row.time_to_first_batch_s < row.seconds
+    out = folder / "report"
+    out.mkdir()
+    plot = throughput_vs_clients(load(folder), out)
+    assert plot.path is not None and "4 of 4 run(s) passed" in plot.note

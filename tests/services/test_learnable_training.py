@@ -39,7 +39,7 @@ from workbench.data import DigitsSource, LearnableSyntheticSource, Sample  # noq
 from workbench.ingest import ingest  # noqa: E402
 
 pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.usefixtures("torch_two_threads"),
-              pytest.mark.timeout(1200)]  # ingest into 5 backends + 150 steps on 2 loaded cores: minutes
+              pytest.mark.timeout(1800)]  # ingest into 5 backends + 150 steps on 2 loaded cores: up to 15 min
 
 BACKENDS = ["cassandra", "s3-shards", "s3-objects", "ignite", "fs"]
 LAYOUTS = {"s3-shards": {"maxcount": 50}}  # 29 train + 8 val shards: every rank x worker gets some

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workbench.report import html, plots
+from workbench.report import html, plots, scaling
 from workbench.report.data import GRID_COLUMNS, METRICS, Context, load, summarise
 from workbench.report.index import build_index
 from workbench.report.link_fill import link_fill
@@ -39,7 +39,7 @@ def make_report(results_dir: Path) -> tuple[Path, list[Plot]]:
     _atomic(results_dir / "summary.csv", ctx.summary.to_csv(index=False))
     for stale in out.glob("*.png"):  # a plot skipped this time must not linger from an earlier build
         stale.unlink()
-    made = [make(ctx, out) for make in (*plots.ALL_PLOTS, link_fill)]
+    made = [make(ctx, out) for make in (*plots.ALL_PLOTS, link_fill, *scaling.PLOTS)]
     page = out / "report.html"
     _atomic(page, html.render(ctx, made))
     return page, made

@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from workbench.errors import WorkbenchError
+from workbench.report import link_fill, scaling
 from workbench.report.data import Context, is_local_backend, load
 from workbench.report.html import fmt, page_head
 from workbench.report.plots import TARGET_AU, largest_n, measured_au_rows
@@ -51,7 +52,10 @@ def _href(path: Path, root: Path) -> str:
 
 def headline(ctx: Context) -> str:
     """One number that answers the study: the largest N at >= 90% AU when measured, else the fastest remote
-    line at the highest RTT and how much of its lowest-RTT rate it keeps."""
+    line at the highest RTT and how much of its lowest-RTT rate it keeps; for a study of client ranks the
+    exactly-once count and the rates at most vs fewest ranks; for a capped link the share of it filled."""
+    if text := scaling.headline(ctx) or link_fill.headline(ctx):
+        return text
     au = measured_au_rows(ctx)
     if not au.empty:
         rtt = min(au["rtt_ms"])

@@ -27,8 +27,8 @@ def link_fill(ctx: Context, out: Path) -> Plot:
                 "RTT, one panel per cap; dotted with crosses: the backend's native ceiling through the same "
                 "link in this run.")
     summary = ctx.at_compute(ctx.summary, ctx.compute_free)
-    caps = [cap for cap in ctx.values("bandwidth_mbps", summary) if cap and cap > 0]
-    if not caps or "mb_per_s_median" not in summary.columns:
+    caps = capped(ctx, summary)
+    if not caps:
         plot.note = "skipped: the sweep set no bandwidth cap."
         return plot
     scope = str(ctx.runs["bandwidth_scope"].iloc[0]) if "bandwidth_scope" in ctx.runs.columns else "connection"
@@ -60,6 +60,29 @@ def link_fill(ctx: Context, out: Path) -> Plot:
                  "The cap is toxiproxy's, per connection: a share above 1 means the client used several "
                  "connections at once.")
     return plot
+
+
+def capped(ctx: Context, summary: pd.DataFrame) -> list[float]:
+    """The bandwidth caps the sweep set (none: the figure and the headline skip)."""
+    if "mb_per_s_median" not in summary.columns:
+        return []
+    return [cap for cap in ctx.values("bandwidth_mbps", summary) if cap and cap > 0]
+
+
+def headline(ctx: Context) -> str:
+    """Per cap, the loader that fills most of the link at the highest RTT, and how much ("" without a cap)."""
+    summary = ctx.at_compute(ctx.summary, ctx.compute_free)
+    parts = []
+    for cap in capped(ctx, summary):
+        rows = summary[(summary["bandwidth_mbps"] == cap) & summary["mb_per_s_median"].notna()]
+        if rows.empty:
+            continue
+        high = rows[rows["rtt_ms"] == rows["rtt_ms"].max()]
+        best = high.loc[high["mb_per_s_median"].idxmax()]
+        parts.append(f"{cap:g} Mbit/s: {ctx.label(best)} {best['mb_per_s_median'] * 8 / cap:.2f}")
+    if not parts:
+        return ""
+    return f"share of the capped link at {summary['rtt_ms'].max():g} ms RTT, best loader: " + "; ".join(parts)
 
 
 def _ceiling_line(ctx: Context, ax, rows: pd.DataFrame, cap: float) -> list[dict]:

@@ -68,6 +68,23 @@ def scaling_table(ctx: Context) -> pd.DataFrame:
     return pd.DataFrame(parts)
 
 
+def headline(ctx: Context) -> str:
+    """Exactly once in how many runs, and each line's aggregate rate at the most vs the fewest ranks ("" without
+    a clients axis)."""
+    table = scaling_table(ctx)
+    if table.empty or table["clients"].nunique() < 2:
+        return ""
+    passed, failed = int(table["exactly_once_passed"].sum()), int(table["exactly_once_failed"].sum())
+    low, high = table["clients"].min(), table["clients"].max()
+    parts = []
+    for (loader, nodes), rows in table.groupby(["loader", "nodes"], sort=True):
+        rates = rows.set_index("clients")["samples_per_s_median"]
+        if low in rates and high in rates and rates[low] > 0:
+            parts.append(f"{loader} on {nodes} node(s) {rates[high] / rates[low]:.2f}")
+    return (f"exactly once in {passed}/{passed + failed} runs; samples/s at {high:g} vs {low:g} ranks: "
+            + ", ".join(parts))
+
+
 def throughput_vs_clients(ctx: Context, out) -> Plot:
     """Aggregate and slowest rank's samples/s against client ranks, a line per loader and node count."""
     plot = Plot("throughput_vs_clients", "Samples/s vs client ranks, per backend and node count",

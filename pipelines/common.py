@@ -20,9 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-
+from workbench.preprocessing import IMAGENET_MEAN, IMAGENET_STD  # the one definition, shared with Triton's preprocess
 
 # ------------------------------------------------------------------------------------------------ devices
 

@@ -17,9 +17,7 @@ from nvidia.dali import fn, pipeline_def, types
 from workbench.errors import WorkbenchError
 from workbench.loaders import Loader
 from workbench.loaders.consumed import ConsumedState
-
-IMAGENET_MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
-IMAGENET_STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
+from workbench.preprocessing import dali_decode_resize_crop
 
 
 def gpu_available() -> bool:
@@ -142,10 +140,7 @@ class ProcessBatchSource(BatchSource):
 
 def decode_and_crop(jpegs, gpu: bool, size: int):
     """The graph after any reader: decode (nvJPEG when `gpu`), resize the shorter side, centre crop, normalise."""
-    images = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB)
-    images = fn.resize(images, resize_shorter=size * 256 // 224, antialias=True)
-    return fn.crop_mirror_normalize(images, crop=(size, size), mean=IMAGENET_MEAN, std=IMAGENET_STD,
-                                    dtype=types.FLOAT, output_layout="CHW")
+    return dali_decode_resize_crop(jpegs, gpu, size)
 
 
 def image_pipeline(loader: Loader | BatchSource, batch_size: int, size: int = 224, gpu: bool | None = None,

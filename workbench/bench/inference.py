@@ -249,6 +249,28 @@ def _run_coroutine(coroutine):
         return pool.submit(asyncio.run, coroutine).result()
 
 
+def check_grid(concurrencies: Iterable[int], batch_sizes: Iterable[int], samples: int) -> tuple[list, list]:
+    """The grid of an inference measurement as lists, or one line saying which value is wrong."""
+    concurrencies, batch_sizes = list(concurrencies), list(batch_sizes)
+    for label, values in (("concurrency", concurrencies), ("batch size", batch_sizes)):
+        if not values or any(not isinstance(v, int) or v < 1 for v in values):
+            raise WorkbenchError(f"{label} values must be integers >= 1, got {values}")
+    if max(batch_sizes) > 64:
+        raise WorkbenchError(f"batch size {max(batch_sizes)} is over the models' max_batch_size of 64")
+    if samples < 1:
+        raise WorkbenchError(f"samples must be >= 1, got {samples}")
+    return concurrencies, batch_sizes
+
+
+def check_loader(settings: Settings, loader_name: str, dataset: str, split: str,
+                 loader_options: dict[str, Any] | None) -> dict[str, Any]:
+    """The loader options of an inference measurement; an unknown loader or invalid options fail before any I/O."""
+    loader_class(loader_name)
+    options = {"split": split, **(loader_options or {})}
+    make_loader(loader_name, settings, dataset=dataset, **options).close()
+    return options
+
+
 def sweep_inference(
     settings: Settings,
     model: str,
@@ -280,18 +302,8 @@ def sweep_inference(
     protocols = [protocol] if isinstance(protocol, str) else list(protocol)
     for p in protocols:
         check_protocol(p)
-    concurrencies, batch_sizes = list(concurrencies), list(batch_sizes)
-    for label, values in (("concurrency", concurrencies), ("batch size", batch_sizes)):
-        if not values or any(not isinstance(v, int) or v < 1 for v in values):
-            raise WorkbenchError(f"{label} values must be integers >= 1, got {values}")
-    if max(batch_sizes) > 64:
-        raise WorkbenchError(f"batch size {max(batch_sizes)} is over the models' max_batch_size of 64")
-    if samples < 1:
-        raise WorkbenchError(f"samples must be >= 1, got {samples}")
-
-    loader_class(loader_name)  # unknown loader names fail before any I/O
-    options = {"split": split, **(loader_options or {})}
-    make_loader(loader_name, settings, dataset=dataset, **options).close()  # invalid options fail before any I/O
+    concurrencies, batch_sizes = check_grid(concurrencies, batch_sizes, samples)
+    options = check_loader(settings, loader_name, dataset, split, loader_options)
     timeout = timeout_s or max(settings.timeout_s, 30.0)
     if results_dir is not None:
         check_writable(results_dir)

@@ -38,12 +38,12 @@ from typing import Any
 
 import numpy as np
 
-from workbench.bench.inference import DEFAULT_RESULTS, list_keys
+from workbench.bench.inference import DEFAULT_RESULTS, check_grid, check_loader, list_keys
 from workbench.clients.endpoints import triton_address, where
 from workbench.config import Settings
 from workbench.environment import describe_environment
 from workbench.errors import WorkbenchError, first_line
-from workbench.loaders import loader_class, make_loader
+from workbench.loaders import make_loader
 from workbench.results import check_writable, write_atomically, write_results
 from workbench.serving import cassandra_table, check_protocol, input_kind, pack_images, pack_uuids
 
@@ -373,18 +373,9 @@ def sweep_perf_analyzer(
     """
     kind = input_kind(model)
     check_protocol(protocol)
-    concurrencies, batch_sizes = list(concurrencies), list(batch_sizes)
-    for label, values in (("concurrency", concurrencies), ("batch size", batch_sizes)):
-        if not values or any(not isinstance(v, int) or v < 1 for v in values):
-            raise WorkbenchError(f"{label} values must be integers >= 1, got {values}")
-    if max(batch_sizes) > 64:
-        raise WorkbenchError(f"batch size {max(batch_sizes)} is over the models' max_batch_size of 64")
-    if samples < 1:
-        raise WorkbenchError(f"samples must be >= 1, got {samples}")
+    concurrencies, batch_sizes = check_grid(concurrencies, batch_sizes, samples)
     measurement = (measurement or Measurement()).check()
-    loader_class(loader_name)  # unknown loader names fail before any I/O
-    options = {"split": split, **(loader_options or {})}
-    make_loader(loader_name, settings, dataset=dataset, **options).close()  # invalid options fail before any I/O
+    options = check_loader(settings, loader_name, dataset, split, loader_options)
     if results_dir is not None:
         check_writable(results_dir)
     binary = find_perf_analyzer()

@@ -12,7 +12,6 @@ import uuid
 from collections import OrderedDict
 
 import atheris
-import numpy as np
 from common import fuzz, instrumented
 
 with instrumented():
@@ -25,7 +24,6 @@ TYPES = ["String", "ByteArrayObject", "IntObject", "LongObject", "ShortObject", 
          "BoolArrayObject", "StringArrayObject", "CharObject", "DecimalObject", "DateObject", "MapObject",
          "CollectionObject", "BinaryObject", "ObjectArrayObject"]
 FIELDS = ["id", "split", "label", "data", "width", "x", "nested"]
-NUMPY = {"int32": np.int32, "int64": np.int64, "float32": np.float32, "float64": np.float64, "bool": np.bool_}
 
 
 def value(fdp: atheris.FuzzedDataProvider, depth: int = 2):
@@ -67,16 +65,6 @@ def binary_object(fdp: atheris.FuzzedDataProvider, depth: int = 2):
     return obj
 
 
-def as_tensors(node, tree) -> None:
-    if node.fields is not None:
-        for name, child in node.fields.items():
-            as_tensors(child, tree[name])
-    elif node.dtype == "string":
-        assert all(isinstance(v, bytes) for v in tree) if node.array else isinstance(tree, bytes)
-    else:
-        np.asarray(tree, dtype=NUMPY[node.dtype])
-
-
 def target(data: bytes) -> None:
     fdp = atheris.FuzzedDataProvider(data)
     first = binary_object(fdp) if fdp.ConsumeBool() else value(fdp)
@@ -85,7 +73,7 @@ def target(data: bytes) -> None:
     to_python(first)
     node = infer_schema(first, "Ignite cache c: first entry")
     for other in [first] + [binary_object(fdp) for _ in range(fdp.ConsumeIntInRange(0, 2))]:
-        as_tensors(node, node.convert(other, "Ignite cache c: entry"))
+        node.arrays(node.convert(other, "Ignite cache c: entry"))
 
 
 if __name__ == "__main__":

@@ -405,20 +405,6 @@ def ignite_objects(draw, depth: int = 2) -> Any:
     return obj
 
 
-NUMPY = {"int32": np.int32, "int64": np.int64, "float32": np.float32, "float64": np.float64, "bool": np.bool_}
-
-
-def _as_tensors(node, tree) -> None:
-    """What tf.data does with a converted element: every leaf becomes an array of the node's dtype."""
-    if node.fields is not None:
-        for name, child in node.fields.items():
-            _as_tensors(child, tree[name])
-    elif node.dtype == "string":
-        assert all(isinstance(v, bytes) for v in tree) if node.array else isinstance(tree, bytes)
-    else:
-        np.asarray(tree, dtype=NUMPY[node.dtype])
-
-
 @FEW
 @given(first=ignite_objects() | ignite_values, others=st.lists(ignite_objects() | ignite_values, max_size=3))
 def test_ignite_objects_to_tensors(first, others):
@@ -428,7 +414,7 @@ def test_ignite_objects_to_tensors(first, others):
     for value in [first, *others]:
         tree = outcome(node.convert, value, "Ignite cache c: entry")
         if tree is not None:
-            _as_tensors(node, tree)
+            node.arrays(tree)
         to_python(value)
 
 

@@ -80,6 +80,19 @@ class Node:
             return {name: child.spec() for name, child in self.fields.items()}
         return tf.TensorSpec((None,) if self.array else (), getattr(tf, self.dtype or "string"))
 
+    def arrays(self, tree: Any) -> Any:
+        """A converted value (`convert`) as numpy arrays of this node's dtypes, strings as bytes: what tf.data
+        makes of it, for users without TensorFlow. A leaf that does not fit its dtype raises."""
+        import numpy as np
+
+        if self.fields is not None:
+            return {name: child.arrays(tree[name]) for name, child in self.fields.items()}
+        if self.dtype in (None, "string"):
+            if not (all(isinstance(v, bytes) for v in tree) if self.array else isinstance(tree, bytes)):
+                raise TypeError(f"a string leaf holds {type(tree).__name__}, not bytes")
+            return tree
+        return np.asarray(tree, dtype=getattr(np, "bool_" if self.dtype == "bool" else self.dtype))
+
     def convert(self, value: Any, where: str) -> Any:
         """The value as nested python dicts/lists of what tf converts to this node's spec."""
         if self.fields is not None:

@@ -33,6 +33,10 @@ def _ints(values: list[str] | None, default: list[int]) -> list[int]:
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="ensemble (client sends bytes) | cass_to_inference "
                                       "(client sends UUIDs, Triton reads Cassandra) | preprocess")]
 ListOpt = list[str] | None
+ConcurrencyOpt = Annotated[ListOpt, typer.Option("--concurrency", "-c",
+                                                 help="requests in flight (repeatable or 1,4,8)")]
+BatchSizeOpt = Annotated[ListOpt, typer.Option("--batch-size", "-b", help="samples per request (repeatable or 1,8)")]
+SplitOpt = Annotated[str, typer.Option(help="split to read")]
 
 
 def inference_command(
@@ -40,11 +44,9 @@ def inference_command(
     model: ModelOpt = "ensemble",
     loader: Annotated[str, typer.Option("--loader", "-l", help="registered loader feeding the client")] = "cassandra",
     protocol: Annotated[ListOpt, typer.Option("--protocol", "-p", help="http|grpc (repeatable, default grpc)")] = None,
-    concurrency: Annotated[ListOpt, typer.Option("--concurrency", "-c",
-                                                 help="requests in flight (repeatable or 1,4,8)")] = None,
-    batch_size: Annotated[ListOpt, typer.Option("--batch-size", "-b",
-                                                help="samples per request (repeatable or 1,8)")] = None,
-    split: Annotated[str, typer.Option(help="split to read")] = "train",
+    concurrency: ConcurrencyOpt = None,
+    batch_size: BatchSizeOpt = None,
+    split: SplitOpt = "train",
     samples: Annotated[int, typer.Option(min=1, help="inferences measured per point (after warm-up)")] = 256,
     table: Annotated[str | None, typer.Option(help="cass_to_inference: keyspace.table (default: catalog)")] = None,
     option: Annotated[ListOpt, typer.Option("--option", "-o", help="loader setting KEY=VALUE (repeatable)")] = None,
@@ -88,11 +90,9 @@ def perf_command(
     loader: Annotated[str, typer.Option("--loader", "-l", help="registered loader that reads the samples (or, "
                                         "for cass_to_inference, their UUIDs)")] = "cassandra",
     protocol: Annotated[str, typer.Option("--protocol", "-p", help="http|grpc")] = "grpc",
-    concurrency: Annotated[ListOpt, typer.Option("--concurrency", "-c",
-                                                 help="requests in flight (repeatable or 1,4,8)")] = None,
-    batch_size: Annotated[ListOpt, typer.Option("--batch-size", "-b",
-                                                help="samples per request (repeatable or 1,8)")] = None,
-    split: Annotated[str, typer.Option(help="split to read")] = "train",
+    concurrency: ConcurrencyOpt = None,
+    batch_size: BatchSizeOpt = None,
+    split: SplitOpt = "train",
     samples: Annotated[int, typer.Option(min=1, help="samples in perf_analyzer's input data (sent round-robin)")] = 64,
     mode: Annotated[str, typer.Option(help="count_windows | time_windows")] = "count_windows",
     request_count: Annotated[int, typer.Option(min=1, help="count_windows: requests per measurement window")] = 50,

@@ -19,6 +19,7 @@ from collections import Counter
 import pytest
 
 from workbench.backends import make_backend
+from workbench.bench.clients import run_clients
 from workbench.chaos import format_report, run_chaos
 from workbench.clients.cassandra import cassandra_session
 from workbench.config import Settings, generated_credentials
@@ -120,6 +121,18 @@ def test_rf3_ingest_is_read_exactly_once_with_every_connection_through_a_proxy(r
     assert keys == expected, f"lost {sum((expected - keys).values())}, duplicated {sum((keys - expected).values())}"
     to_ring = {address for address in connections if address.rsplit(":", 1)[0] in ring_hosts(ring)}
     assert to_ring == {f"{host}:{ring.proxy_cassandra_port}" for host in ring_hosts(ring)}, connections
+
+
+def test_two_ranks_read_the_rf3_ring_exactly_once(ring, dataset):
+    """Two torchrun ranks (gloo on the CPU), each through the normal loader and every node's proxy, read the
+    ring's dataset at QUORUM: together every sample once, each rank a share."""
+    name, expected, _ = dataset
+    row = run_clients(ring, "cassandra", {"dataset": name, "batch_size": 8, "concurrency": 4, "via_proxy": True},
+                      2, expected=set(expected), progress=False)
+    assert row["status"] == "ok", row["error"]
+    assert (row["samples"], row["missing"], row["duplicated"], row["unexpected"]) == (len(expected), 0, 0, 0)
+    assert all(n > 0 for n in row["rank_samples"])
+    assert row["topology"]["cassandra_nodes"] == NODES and row["topology"]["cassandra_replication_factor"] == 3
 
 
 @pytest.mark.parametrize("loader", LOADERS)

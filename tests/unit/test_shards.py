@@ -13,13 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workbench.data import (
-    Sample,
+from workbench.data import SyntheticSource
+from workbench.data.sample import PNG_MAGIC, Sample, decode_multilabel, encode_multilabel
+from workbench.data.shards import (  # the module under test
     ShardInfo,
-    SyntheticSource,
     check_entries,
-    decode_multilabel,
-    encode_multilabel,
     pack_shards,
     read_index,
     read_shard,
@@ -27,7 +25,6 @@ from workbench.data import (
     sample_to_entries,
     write_index,
 )
-from workbench.data.sample import PNG_MAGIC
 from workbench.errors import WorkbenchError
 
 

@@ -378,11 +378,11 @@ def sweep_perf_analyzer(
     options = check_loader(settings, loader_name, dataset, split, loader_options)
     if results_dir is not None:
         check_writable(results_dir)
-    binary = find_perf_analyzer()
     table = (table or cassandra_table(settings, dataset, split)) if kind == "uuid" else None
     if table and protocol != "grpc":
         raise WorkbenchError(f"perf_analyzer sends request parameters (cass_to_inference's table {table}) over gRPC "
                              "only: use --protocol grpc")
+    binary = find_perf_analyzer()  # after the checks of what was asked: a wrong request fails the same everywhere
     arrays = read_samples(settings, model, loader_name, dataset, samples, **options)
     url = where([triton_address(settings, protocol, via_proxy)])
     name = name or f"perf_analyzer-{model}-{protocol}"

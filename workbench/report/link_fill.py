@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.report.data import Context
-from workbench.report.plots import Plot, _figure, _save  # the same canvas and caption as every plot
+from workbench.report.plots import Plot, new_figure, save_figure
 
 BITS_PER_MB = 8e6
 
@@ -32,7 +32,7 @@ def link_fill(ctx: Context, out: Path) -> Plot:
         plot.note = "skipped: the sweep set no bandwidth cap."
         return plot
     scope = str(ctx.runs["bandwidth_scope"].iloc[0]) if "bandwidth_scope" in ctx.runs.columns else "connection"
-    fig = _figure(5.2 * len(caps), 4.8)
+    fig = new_figure(5.2 * len(caps), 4.8)
     axes = np.atleast_1d(fig.subplots(1, len(caps), sharey=True, squeeze=False)[0])
     rows_of_table = []
     for ax, cap in zip(axes, caps, strict=True):
@@ -53,7 +53,7 @@ def link_fill(ctx: Context, out: Path) -> Plot:
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("MB/s x 8 / cap")
     axes[-1].legend(fontsize=7, loc="best")
-    plot.path = _save(fig, ctx, out, plot.name)
+    plot.path = save_figure(fig, ctx, out, plot.name)
     plot.tables.append(("share of the link", pd.DataFrame(rows_of_table).round(3)))
     plot.note = ("The cap is each node's own link, tbf both ways, shared by all its connections."
                  if scope == "link" else

@@ -40,13 +40,13 @@ class Plot:
     tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
 
 
-def _figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
 
-def _save(fig: Figure, ctx: Context, out: Path, name: str) -> Path:
+def save_figure(fig: Figure, ctx: Context, out: Path, name: str) -> Path:
     fig.text(0.0, 0.0, textwrap.fill(ctx.caption(), 150), fontsize=7, color="0.3", ha="left", va="top",
              transform=fig.transFigure)
     path = out / f"{name}.png"
@@ -54,7 +54,7 @@ def _save(fig: Figure, ctx: Context, out: Path, name: str) -> Path:
     return path
 
 
-def _legend(fig: Figure, axes: Any, inside: int = 10, **options: Any) -> None:
+def place_legend(fig: Figure, axes: Any, inside: int = 10, **options: Any) -> None:
     """One legend: inside the first panel when short, else beside the figure (labels deduplicated)."""
     entries: dict[str, Any] = {}
     for ax in np.atleast_1d(axes):
@@ -185,7 +185,7 @@ def throughput_vs_rtt(ctx: Context, out: Path) -> Plot:
         if per_loader else [groups]
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    fig = _figure(9 if not per_loader else 5.4 * ncols, 7.5 if not per_loader else 6.2 * nrows)
+    fig = new_figure(9 if not per_loader else 5.4 * ncols, 7.5 if not per_loader else 6.2 * nrows)
     figures = list(np.atleast_1d(fig.subfigures(nrows, ncols, squeeze=False).ravel())) if per_loader else [fig]
     windows = _auto_windows(ctx)
     base_rtt = 0.0 if 0.0 in rtts else rtts[0]
@@ -235,10 +235,10 @@ def throughput_vs_rtt(ctx: Context, out: Path) -> Plot:
             ax.legend(fontsize=7, loc="lower left")
     if not per_loader:
         drawn[0][0].set_title(f"Throughput vs RTT: median of {_reps(ctx)} run(s), bars min..max")
-        _legend(fig, drawn[0][0], inside=14)
+        place_legend(fig, drawn[0][0], inside=14)
     else:
         fig.suptitle(f"Throughput vs RTT per loader: median of {_reps(ctx)} run(s), bars min..max")
-    plot.path = _save(fig, ctx, out, plot.name)
+    plot.path = save_figure(fig, ctx, out, plot.name)
     bound_note = ("Little's-law lines: " + "; ".join(texts) + ". ") if texts else ""
     bound_note += "A request is, per loader: " + little.describe(loaders) + "."
     if hidden:
@@ -379,7 +379,7 @@ def throughput_vs_shard_size(ctx: Context, out: Path) -> Plot:
         plot.note = (f"skipped: the sweep did not vary the shard layout (every shard-based point used maxcount "
                      f"{count:g}, maxsize {size / 1e6:g} MB).")
         return plot
-    fig = _figure(6.5 * len(dims), 5)
+    fig = new_figure(6.5 * len(dims), 5)
     axes = np.atleast_1d(fig.subplots(1, len(dims), squeeze=False)[0])
     rtts = ctx.values("rtt_ms", frame)
     colours = _rtt_colours(rtts)
@@ -411,8 +411,8 @@ def throughput_vs_shard_size(ctx: Context, out: Path) -> Plot:
         fixed_text = f"maxsize {size / 1e6:g} MB" if other == "shard_maxsize" else f"maxcount {count:g}"
         ax.set_title(f"vs {column} ({fixed_text})", fontsize=10)
         ax.grid(True, alpha=0.3)
-    _legend(fig, axes, inside=12)
-    plot.path = _save(fig, ctx, out, plot.name)
+    place_legend(fig, axes, inside=12)
+    plot.path = save_figure(fig, ctx, out, plot.name)
     plot.note = _slice_text(ctx, layout=False)
     return plot
 
@@ -451,7 +451,7 @@ def latency_cdfs(ctx: Context, out: Path) -> Plot:
     shown = rtts if len(rtts) <= 4 else [rtts[0], rtts[-1]]
     ncols = min(2, len(shown))
     nrows = math.ceil(len(shown) / ncols)
-    fig = _figure(6.2 * ncols, 4.4 * nrows)
+    fig = new_figure(6.2 * ncols, 4.4 * nrows)
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False, sharey=True).ravel())
     groups = ctx.series(runs)
     styles = _styles(ctx, list(groups))
@@ -482,11 +482,11 @@ def latency_cdfs(ctx: Context, out: Path) -> Plot:
     for ax in axes[len(shown):]:
         ax.set_visible(False)
     if not per_panel:
-        _legend(fig, axes[:len(shown)], inside=0)
+        place_legend(fig, axes[:len(shown)], inside=0)
     if not drawn:
         plot.note = "the successful runs recorded no batch latencies: nothing to plot"
         return plot
-    plot.path = _save(fig, ctx, out, plot.name)
+    plot.path = save_figure(fig, ctx, out, plot.name)
     extra = f"Showing the lowest and highest of {len(rtts)} RTTs." if len(shown) < len(rtts) else ""
     plot.note = " ".join(n for n in (extra, _slice_text(ctx)) if n)
     return plot
@@ -526,7 +526,7 @@ def startup(ctx: Context, out: Path) -> Plot:
         plot.note = "skipped: these results record no time to first batch."
         return plot
     rtts = ctx.values("rtt_ms", data)
-    fig = _figure(12, 4.6)
+    fig = new_figure(12, 4.6)
     ttfb_ax, share_ax = fig.subplots(1, 2, sharex=True)
     groups = ctx.series(data)
     styles = _styles(ctx, list(groups))
@@ -550,8 +550,8 @@ def startup(ctx: Context, out: Path) -> Plot:
     ttfb_ax.set_ylabel("time to first batch (s" + (", log)" if log_y else ")"))
     share_ax.set_ylabel("start-up share of measured time (%)")
     share_ax.set_ylim(bottom=0)
-    _legend(fig, [ttfb_ax, share_ax], inside=12)
-    plot.path = _save(fig, ctx, out, plot.name)
+    place_legend(fig, [ttfb_ax, share_ax], inside=12)
+    plot.path = save_figure(fig, ctx, out, plot.name)
     flagged = startup_flags(ctx)
     total = len(_usable(ctx.summary, "startup_fraction"))
     plot.note = " ".join(n for n in (
@@ -596,7 +596,7 @@ def measured_accelerator_utilisation(ctx: Context, out: Path) -> Plot:
     computes = ctx.values("compute_ms", frame) or [None]
     shown = rtts if len(rtts) <= 4 else [rtts[0], rtts[-1]]
     ncols = min(2, len(shown))
-    fig = _figure(6.2 * ncols, 4.6 * math.ceil(len(shown) / ncols))
+    fig = new_figure(6.2 * ncols, 4.6 * math.ceil(len(shown) / ncols))
     axes = np.atleast_1d(fig.subplots(math.ceil(len(shown) / ncols), ncols, squeeze=False, sharey=True).ravel())
     groups = ctx.series(frame, exclude=("accelerators",))
     styles = _styles(ctx, list(groups))
@@ -640,8 +640,8 @@ def measured_accelerator_utilisation(ctx: Context, out: Path) -> Plot:
                           "AU (least busy) there" if best else "AU (least busy) at smallest N":
                               float(at_best["au_min_median"].iloc[0]),
                           "N measured": "/".join(_fmt_tick(n) for n in sorted(line["accelerators"]))})
-    _legend(fig, axes[:len(shown)], inside=12, loc="lower left")
-    plot.path = _save(fig, ctx, out, plot.name)
+    place_legend(fig, axes[:len(shown)], inside=12, loc="lower left")
+    plot.path = save_figure(fig, ctx, out, plot.name)
     extra = f"Showing the lowest and highest of {len(rtts)} RTTs." if len(shown) < len(rtts) else ""
     plot.note = " ".join(n for n in (extra, _slice_text(ctx, compute=False)) if n)
     frame_table = pd.DataFrame(table).sort_values(["rtt_ms", "loader"], kind="stable")
@@ -673,7 +673,7 @@ def estimated_accelerator_utilisation(ctx: Context, out: Path) -> Plot:
     if free.empty:
         notes.append("No compute-free runs (compute_ms = 0): only the measured AU is shown")
     shown = sorted({rtts[0], rtts[-1]})
-    fig = _figure(6.2 * len(shown), 4.8)
+    fig = new_figure(6.2 * len(shown), 4.8)
     axes = np.atleast_1d(fig.subplots(1, len(shown), squeeze=False, sharey=True)[0])
     n = np.arange(1, MAX_ACCELERATORS + 1)
     table = []
@@ -721,8 +721,8 @@ def estimated_accelerator_utilisation(ctx: Context, out: Path) -> Plot:
         compute_text = f", c = {computes[0]:g} ms/batch" if len(computes) == 1 else ""
         ax.set_title(f"RTT {rtt:g} ms{compute_text}", fontsize=10)
         ax.grid(True, alpha=0.3)
-    _legend(fig, axes, inside=12, loc="upper right")
-    plot.path = _save(fig, ctx, out, plot.name)
+    place_legend(fig, axes, inside=12, loc="upper right")
+    plot.path = save_figure(fig, ctx, out, plot.name)
     plot.note = " ".join(n for n in ("; ".join(notes) + ("." if notes else ""), _slice_text(ctx, compute=False)) if n)
     if table:
         frame = pd.DataFrame(table).sort_values(["rtt_ms", "loader", "compute_ms"], kind="stable")
@@ -747,7 +747,7 @@ def loaders_vs_ceiling(ctx: Context, out: Path) -> Plot:
     width = min(20.0, max(6.0, 1.2 + 0.5 * len(groups)))
     ncols = min(max(1, int(20 // width)), 3, len(shown))
     nrows = math.ceil(len(shown) / ncols)
-    fig = _figure(width * ncols, 4.6 * nrows)
+    fig = new_figure(width * ncols, 4.6 * nrows)
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False, sharey=True).ravel())
     table = []
     for ax, rtt in zip(axes, shown, strict=False):
@@ -809,7 +809,7 @@ def loaders_vs_ceiling(ctx: Context, out: Path) -> Plot:
             ax.legend(fontsize=7, loc="upper right")
     for ax in axes[len(shown):]:
         ax.set_visible(False)
-    plot.path = _save(fig, ctx, out, plot.name)
+    plot.path = save_figure(fig, ctx, out, plot.name)
     notes = [_slice_text(ctx)]
     if ctx.ceilings is None:
         notes.append("This sweep has no ceiling rows and no other ceiling result was found (../bench-loaders/*.json):"

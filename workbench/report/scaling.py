@@ -18,7 +18,7 @@ import pandas as pd
 from workbench.backends import BACKENDS, backend_class
 from workbench.config import NODE_COUNTS
 from workbench.report.data import Context, is_missing
-from workbench.report.plots import LINESTYLES, MARKERS, Plot, _figure, _legend, _save
+from workbench.report.plots import LINESTYLES, MARKERS, Plot, new_figure, place_legend, save_figure
 
 RATES = (("samples_per_s", "aggregate samples/s (all ranks)"),
          ("slowest_rank_samples_per_s", "slowest rank's samples/s"))
@@ -98,7 +98,7 @@ def throughput_vs_clients(ctx: Context, out) -> Plot:
         plot.note = "this sweep has no clients axis (no reader ranks): nothing to plot"
         return plot
     nodes = sorted(table["nodes"].unique())
-    fig = _figure(12.4, 4.8)
+    fig = new_figure(12.4, 4.8)
     axes = np.atleast_1d(fig.subplots(1, len(RATES), squeeze=False).ravel())
     for ax, (metric, label) in zip(axes, RATES, strict=True):
         for (loader, count), rows in table.groupby(["loader", "nodes"], sort=False):
@@ -119,8 +119,8 @@ def throughput_vs_clients(ctx: Context, out) -> Plot:
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-    _legend(fig, axes, inside=12)
-    plot.path = _save(fig, ctx, out, plot.name)
+    place_legend(fig, axes, inside=12)
+    plot.path = save_figure(fig, ctx, out, plot.name)
     failed = int(table["exactly_once_failed"].sum())
     checked = failed + int(table["exactly_once_passed"].sum())
     plot.note = (f"Exactly-once check: {checked - failed} of {checked} run(s) passed"

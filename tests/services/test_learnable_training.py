@@ -123,17 +123,23 @@ def test_torch_pipeline_dali_cpu_decoding_learns_digits(stack, digits):
     assert _record("torch cassandra, DALI CPU decoding", result["val_accuracy"]) >= TARGET, result
 
 
-def test_torch_pipeline_two_ranks_learn_digits(stack, digits, tmp_path):
-    """torchrun --nproc-per-node=2 (gloo, DDP): each rank trains and validates its shard; counts are summed."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-               "-m", "pipelines.train_torch", "--loader", "s3-shards", "--dataset", digits, "--decode", "torch",
-               "--model", "small", "--size", "32", "--num-classes", "10", "--batch-size", "32", "--steps", "60",
-               "--lr", "0.02", "--device", "cpu", "--threads", "1", "--workers", "2", "--val-split", "val",
-               "--results-dir", str(tmp_path), "-o", "ordered=false"]
+def _two_ranks(module: str, results: Path, *args: str) -> dict:
+    """`module` run by torchrun --nproc-per-node=2 (gloo on the CPU, one thread each); its results row."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", module,
+               *args]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
-    row = json.loads((tmp_path / "train_torch-s3-shards-torch.json").read_text())["rows"][0]
+    return json.loads(results.read_text())["rows"][0]
+
+
+def test_torch_pipeline_two_ranks_learn_digits(stack, digits, tmp_path):
+    """torchrun --nproc-per-node=2 (gloo, DDP): each rank trains and validates its shard; counts are summed."""
+    row = _two_ranks("pipelines.train_torch", tmp_path / "train_torch-s3-shards-torch.json",
+                     "--loader", "s3-shards", "--dataset", digits, "--decode", "torch", "--model", "small",
+                     "--size", "32", "--num-classes", "10", "--batch-size", "32", "--steps", "60", "--lr", "0.02",
+                     "--device", "cpu", "--threads", "1", "--workers", "2", "--val-split", "val",
+                     "--results-dir", str(tmp_path), "-o", "ordered=false")
     assert row["ranks"] == 2
     assert row["val_samples"] == VAL_SAMPLES  # the two ranks' shards together: every validation image once
     assert _record("torch s3-shards, 2 ranks (DDP, gloo)", row["val_accuracy"]) >= TARGET, row
@@ -157,16 +163,11 @@ def test_lightning_pipeline_learns_digits_from_each_backend(stack, digits, loade
 def test_lightning_pipeline_two_ranks_learn_digits(stack, digits, tmp_path):
     """torchrun --nproc-per-node=2: Lightning's DDP strategy (gloo), each rank its shard, 2 workers per rank."""
     pytest.importorskip("lightning")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-               "-m", "pipelines.train_lightning", "--loader", "fs", "--dataset", digits, "--model", "small",
-               "--size", "32", "--num-classes", "10", "--batch-size", "32", "--steps", str(TWO_RANK_STEPS),
-               "--lr", str(RECIPE["lr"]), "--device", "cpu", "--threads", "1", "--workers", "2",
-               "--val-split", "val", "--val-batches", "0", "--validate-all", "--results-dir", str(tmp_path),
-               "-o", "ordered=false"]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    row = json.loads((tmp_path / "train_lightning-fs.json").read_text())["rows"][0]
+    row = _two_ranks("pipelines.train_lightning", tmp_path / "train_lightning-fs.json",
+                     "--loader", "fs", "--dataset", digits, "--model", "small", "--size", "32", "--num-classes", "10",
+                     "--batch-size", "32", "--steps", str(TWO_RANK_STEPS), "--lr", str(RECIPE["lr"]),
+                     "--device", "cpu", "--threads", "1", "--workers", "2", "--val-split", "val",
+                     "--val-batches", "0", "--validate-all", "--results-dir", str(tmp_path), "-o", "ordered=false")
     assert row["ranks"] == 2
     assert row["val_samples"] == VAL_SAMPLES  # the two ranks' shards together: every validation image once
     assert _record("lightning fs, 2 ranks (DDP, gloo)", row["val_accuracy"]) >= TARGET, row

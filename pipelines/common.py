@@ -524,16 +524,27 @@ def blob_label_parser(prog: str, description: str, kind: str, num_classes_help: 
     return p
 
 
+def call_with_flags(train: Callable[..., Any], args: argparse.Namespace, **extra: Any) -> Any:
+    """`train` called with every parsed flag named like one of its parameters, `extra`, then the ``-o`` settings.
+
+    Why: each pipeline names its flags after its function's parameters, so its main() need not copy them over
+    one by one (and cannot forget one).
+    """
+    import inspect
+
+    named = {name for name, parameter in inspect.signature(train).parameters.items()
+             if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)}
+    flags = {name: value for name, value in vars(args).items() if name in named and name not in extra}
+    return train(**flags, **extra, **loader_options(args.option))
+
+
 def blob_label_main(args: argparse.Namespace, task: BlobTask) -> dict:
     """Ingest first when asked (--ingest N synthetic samples of the task's kind), then train: the blob-label main."""
     settings = settings_or_default()
     if args.ingest:
         ingest_synthetic(args.loader, settings, args.dataset, args.ingest, task.name, args.num_classes, args.mean_kb,
                          label_type="blob")
-    return train_blob_labels(task, args.dataset, settings, steps=args.steps, batch_size=args.batch_size,
-                             loader=args.loader, model=args.model, size=args.size, num_classes=args.num_classes,
-                             workers=args.workers, threads=args.threads, warmup=args.warmup,
-                             results_dir=args.results_dir, **loader_options(args.option))
+    return call_with_flags(train_blob_labels, args, task=task, settings=settings)
 
 
 def run_cli(main: Callable[[list[str]], Any], argv: list[str]) -> None:

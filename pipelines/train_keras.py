@@ -36,8 +36,8 @@ from pipelines.common import (
     Meter,
     add_classifier_flags,
     add_run_flags,
+    call_with_flags,
     default_warmup,
-    loader_options,
     public_config,
     ratio_of,
     report,
@@ -286,11 +286,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parser().parse_args(argv)
-    return train(args.source, args.dataset, steps=args.steps, batch_size=args.batch_size, model=args.model,
-                 size=args.size, num_classes=args.num_classes, split=args.split, threads=args.threads,
-                 warmup=args.warmup, lr=args.lr, results_dir=args.results_dir, val_split=args.val_split,
-                 **loader_options(args.option))
+    return call_with_flags(train, parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ from pipelines.common import (
     add_classifier_flags,
     add_run_flags,
     build_classifier,
-    loader_options,
+    call_with_flags,
     plan_run,
     public_config,
     ratio_of,
@@ -288,11 +288,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parser().parse_args(argv)
-    return train(args.loader, args.dataset, steps=args.steps, batch_size=args.batch_size, model=args.model,
-                 size=args.size, num_classes=args.num_classes, workers=args.workers, val_split=args.val_split,
-                 val_batches=args.val_batches, threads=args.threads, device=args.device, warmup=args.warmup,
-                 lr=args.lr, results_dir=args.results_dir, validate_all=args.validate_all, split=args.split,
-                 **loader_options(args.option))
+    return call_with_flags(train, args, split=args.split)  # split: a loader setting
 
 
 if __name__ == "__main__":

@@ -36,12 +36,13 @@ from typing import Any
 
 from pipelines.common import (
     TrainStep,
+    add_classifier_flags,
     add_run_flags,
     build_classifier,
+    call_with_flags,
     classification_batch,
     default_model,
     default_warmup,
-    loader_options,
     no_io_ceiling,
     pick_device,
     ratio_of,
@@ -308,21 +309,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--loader", required=True, choices=sorted(LOADERS), help="registered loader")
     p.add_argument("--dataset", required=True, help="dataset name as ingested")
     p.add_argument("--decode", choices=DECODERS, default="torch", help="dali (GPU decode when present) or torch")
-    p.add_argument("--steps", type=int, default=50, help="training steps (the first few are warm-up, untimed)")
-    p.add_argument("--batch-size", type=int, default=None, help="default: 128 on a GPU, 32 on a CPU")
-    p.add_argument("--model", default=None, help="tiny or a torchvision model (default: resnet50 GPU, resnet18 CPU)")
-    p.add_argument("--size", type=int, default=None, help="image side (default: 224 GPU, 112 CPU)")
-    p.add_argument("--num-classes", type=int, default=1000)
+    add_classifier_flags(p)
     p.add_argument("--workers", type=int, default=2, help="torch decode: DataLoader worker processes")
     p.add_argument("--dali-threads", type=int, default=2, help="dali decode: CPU threads of the pipeline")
     p.add_argument("--fetch-workers", type=int, default=0,
                    help="dali decode: fetch in this many processes (0: in the training process)")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (CPU training)")
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda when present)")
     p.add_argument("--no-amp", action="store_true", help="float32 even on a GPU")
-    p.add_argument("--split", default="train")
-    p.add_argument("--val-split", default=None, help="then classify this split once: validation accuracy")
-    p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--checkpoint-url", default=None,
                    help="write the trained state dict here (torch.save): ignite://CACHE/path, file://, s3://...")
     p.add_argument("--events-url", default=None,
@@ -333,13 +326,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parser().parse_args(argv)
-    return train(args.loader, args.dataset, steps=args.steps, decode=args.decode, batch_size=args.batch_size,
-                 model=args.model, size=args.size, num_classes=args.num_classes, workers=args.workers,
-                 device=args.device, amp=False if args.no_amp else None, threads=args.threads,
-                 dali_threads=args.dali_threads, fetch_workers=args.fetch_workers, warmup=args.warmup,
-                 results_dir=args.results_dir, val_split=args.val_split, lr=args.lr,
-                 split=args.split, checkpoint_url=args.checkpoint_url, events_url=args.events_url,
-                 **loader_options(args.option))
+    return call_with_flags(train, args, amp=False if args.no_amp else None, split=args.split)  # split: a loader setting
 
 
 if __name__ == "__main__":

@@ -4,14 +4,11 @@ and login, beside the main stack (127.0.0.1) and never touching it."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import SecretStr
 
 from workbench.config import Settings
-from workbench.stack import down, up
 from workbench.stack.manager import process_of, select
 
 HOST = "127.0.0.21"  # node k on 127.0.0.(21+k): ports are per address, so the usual ones are free here
@@ -22,24 +19,6 @@ def cluster_settings(root: Path, nodes: int = 2, **more) -> Settings:
         "stack": "local", "host": HOST, "state_dir": root, "ignite_nodes": nodes, "ignite_backups": 1,
         "ignite_persistence": False, "ignite_addresses": [], "tls": False, "dev_mode": False, "timeout_s": 10.0,
         "ignite_username": "workbench", "ignite_password": SecretStr(secrets.token_urlsafe(24)), **more})
-
-
-@contextmanager
-def running(settings: Settings, services: list[str]) -> Iterator[Settings]:
-    """The services up and healthy for the block, every node stopped afterwards (by pid file)."""
-    try:
-        start(settings, services)
-        yield settings
-    finally:
-        down(settings, services)
-        left = [s.node_name for s in select(settings, services) if process_of(s).pid() is not None]
-        assert not left, f"still running: {left}"
-
-
-def start(settings: Settings, services: list[str]) -> None:
-    rows = up(settings, services)
-    broken = [f"{r.service}: {r.detail}" for r in rows if not r.healthy]
-    assert not broken, broken
 
 
 def kill(settings: Settings, node: str) -> None:

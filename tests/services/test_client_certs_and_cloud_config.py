@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 from loader_checks import epoch
+from private_stack import start
 from pydantic import SecretStr
 
 from workbench.backends.registry import make_backend
@@ -43,7 +44,7 @@ from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
 from workbench.loaders import make_loader
 from workbench.loaders.retry import is_transient
-from workbench.stack import down, up
+from workbench.stack import down
 from workbench.stack.tls import (
     ClientCertificates,
     ensure_certificates,
@@ -83,11 +84,7 @@ def _settings(root: Path) -> Settings:
 def secure(tmp_path_factory):
     settings = _settings(tmp_path_factory.mktemp("client-auth"))
     try:
-        for _ in range(STARTS):  # up() again waits on a node still starting (a loaded machine starts slowly)
-            rows = up(settings, ["cassandra"])
-            if all(r.healthy for r in rows):
-                break
-        assert all(r.healthy for r in rows), [f"{r.service}: {r.detail}" for r in rows]
+        start(settings, ["cassandra"], attempts=STARTS)
         yield settings
     finally:
         down(settings, ["cassandra"])

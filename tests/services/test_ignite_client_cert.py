@@ -12,7 +12,8 @@ import secrets
 import time
 
 import pytest
-from ignite_cluster import cluster_settings, running
+from ignite_cluster import cluster_settings
+from private_stack import running
 from pydantic import SecretStr
 
 from workbench.backends.registry import make_backend

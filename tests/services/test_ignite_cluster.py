@@ -13,7 +13,8 @@ import threading
 from collections import Counter
 
 import pytest
-from ignite_cluster import HOST, cluster_settings, kill, running, start
+from ignite_cluster import HOST, cluster_settings, kill
+from private_stack import running, start
 
 from workbench.backends.registry import make_backend
 from workbench.chaos import format_report, run_chaos

@@ -13,7 +13,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from ignite_cluster import cluster_settings, running
+from ignite_cluster import cluster_settings
+from private_stack import running
 
 from workbench import catalog
 from workbench.backends.registry import make_backend

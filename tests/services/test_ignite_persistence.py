@@ -4,7 +4,8 @@ restart, a crash of every node and `stack down` + `stack up`."""
 from __future__ import annotations
 
 import pytest
-from ignite_cluster import cluster_settings, kill, running, start
+from ignite_cluster import cluster_settings, kill
+from private_stack import running, start
 
 from workbench.backends.registry import make_backend
 from workbench.data import SyntheticSource

@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from ignite_cluster import cluster_settings, running
+from ignite_cluster import cluster_settings
+from private_stack import running
 
 from workbench.backends.registry import make_backend
 from workbench.clients.ignite import ignite_client, settings_endpoint

@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from private_stack import running
 
 from workbench.backends import make_backend
 from workbench.bench.native_ceilings import CeilingConfig, run_native_ceiling
@@ -20,7 +21,6 @@ from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
 from workbench.net.toxiproxy import Toxiproxy
-from workbench.stack import down, up
 
 pytestmark = [pytest.mark.services, pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -37,12 +37,8 @@ def clusters(tmp_path_factory) -> Settings:
         cassandra_nodes=2, cassandra_replication_factor=2, cassandra_jmx_port=29411, ignite_nodes=2,
         ignite_backups=1, s3_nodes=2, s3_drives_per_node=2, s3_port=29700, s3_console_port=29701,
         **generated_credentials())
-    try:
-        rows = up(settings, SERVICES)
-        assert all(r.healthy for r in rows), [f"{r.service}: {r.detail}" for r in rows if not r.healthy]
+    with running(settings, SERVICES):
         yield settings
-    finally:
-        down(settings, SERVICES)
 
 
 @pytest.fixture(scope="module")

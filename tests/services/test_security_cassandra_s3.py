@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from private_stack import start
 from pydantic import SecretStr
 
 from workbench.backends.registry import make_backend
@@ -26,7 +27,7 @@ from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
 from workbench.loaders import make_loader
 from workbench.loaders.retry import is_transient
-from workbench.stack import down, status, up
+from workbench.stack import down, status
 from workbench.stack.tls import ensure_certificates
 from workbench.storage import s3_client
 
@@ -58,12 +59,6 @@ def _private(root: Path, **update) -> Settings:
     return Settings(_env_file=None).model_copy(update={**base, **update})
 
 
-def _healthy(settings: Settings, names: list[str]) -> None:
-    rows = up(settings, names)
-    broken = [f"{r.service}: {r.detail}" for r in rows if not r.healthy]
-    assert not broken, broken
-
-
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory):
     """Settings of the private secure stack; its Cassandra data dir was first made without auth and TLS."""
@@ -71,12 +66,12 @@ def secure(tmp_path_factory):
     settings = _private(tmp_path_factory.mktemp("secure"))
     plain = settings.model_copy(update={"tls": False, "cassandra_username": None, "cassandra_password": None})
     try:
-        _healthy(plain, ["cassandra"])
+        start(plain, ["cassandra"])
         with cassandra_session(plain) as session:
             session.execute(f"CREATE KEYSPACE {MARKER_KEYSPACE} WITH replication = "
                             "{'class': 'SimpleStrategy', 'replication_factor': 1}")
         assert down(plain, ["cassandra"]) == ["cassandra"]
-        _healthy(settings, SERVICES)
+        start(settings, SERVICES)
         yield settings
     finally:
         down(settings, SERVICES)

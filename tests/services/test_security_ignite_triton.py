@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from private_stack import running
 from pydantic import SecretStr
 
 from workbench.backends.registry import make_backend
@@ -27,7 +28,7 @@ from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
 from workbench.loaders import make_loader
 from workbench.serving import InferenceError, infer, pack_uuids
-from workbench.stack import down, status, up
+from workbench.stack import status
 from workbench.stack.ignite import Ignite, retire_default_login
 from workbench.stack.tls import ensure_certificates
 from workbench.stack.triton import Triton
@@ -64,13 +65,8 @@ def secure(tmp_path_factory) -> Settings:
         "ignite_username": "workbench", "ignite_password": SecretStr(secrets.token_urlsafe(24)),
         "triton_model_repository": _model_repository(root), "timeout_s": 10.0,
     })
-    try:
-        rows = up(private, SERVICES)
-        broken = [f"{r.service}: {r.detail}" for r in rows if not r.healthy]
-        assert not broken, broken
+    with running(private, SERVICES):
         yield private
-    finally:
-        assert sorted(down(private, SERVICES)) == sorted(SERVICES)
 
 
 @pytest.fixture(scope="module")

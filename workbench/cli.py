@@ -14,6 +14,7 @@ from rich.table import Table
 from workbench.backends import backend_class, make_backend
 from workbench.bench.ingest import ALL_BACKENDS, bench_ingest
 from workbench.bench.loaders import bench_loaders
+from workbench.bench.rss import bench_rss
 from workbench.bench.s3_clients import DEFAULT_DATASET as S3_CLIENTS_DATASET
 from workbench.bench.s3_clients import run as bench_s3_clients
 from workbench.bench.s3_clients import table_lines
@@ -341,6 +342,30 @@ def bench_loaders_command(
                       f"{r['samples_per_s_min']:.0f}", f"{r['samples_per_s_max']:.0f}", f"{r['mb_per_s']:.1f}",
                       f"{r['ratio_to_ceiling']:.2f}", f"{r['ratio_to_0ms']:.2f}", f"{r['cpu_us_per_sample']:.0f}",
                       str(r.get("window") or ""))
+    console.print(table)
+    console.print(f"results: {results_dir}")
+
+
+@bench_app.command("rss")
+def bench_rss_command(
+    loader: Annotated[list[str] | None, typer.Option("--loader", "-l", help="repeatable; default: all here")] = None,
+    count: Annotated[list[int] | None, typer.Option("--count", min=10,
+                                                    help="dataset sizes, repeatable; default 2000 and 20000")] = None,
+    mean_kb: Annotated[float, typer.Option(min=1)] = 110.0,
+    concurrency: Annotated[str, typer.Option(help="requests in flight, or auto")] = "auto",
+    repeats: Annotated[int, typer.Option(min=1)] = 3,
+    results_dir: Annotated[Path, typer.Option()] = RUNS / "bench-rss",
+) -> None:
+    """Each loader's peak RSS reading a whole epoch of datasets of different sizes: flat, or growing with them."""
+    counts = count or [2000, 20000]
+    rows = bench_rss(get_settings(), loader or default_loaders(), counts, mean_kb, parse_concurrency(concurrency),
+                     repeats, results_dir)
+    table = Table("loader", "backend", "samples", "peak RSS MB", "min", "max", "RSS before reading", "/ smallest",
+                  title=f"peak RSS vs dataset size: {mean_kb:.0f} KB samples, median of {repeats} fresh processes")
+    for r in rows:
+        table.add_row(r["loader"], r["backend"], str(r["count"]), f"{r['peak_rss_mb']:.0f}",
+                      f"{r['peak_rss_mb_min']:.0f}", f"{r['peak_rss_mb_max']:.0f}", f"{r['start_rss_mb']:.0f}",
+                      f"{r['rss_ratio']:.2f}")
     console.print(table)
     console.print(f"results: {results_dir}")
 

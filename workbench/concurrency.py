@@ -110,8 +110,13 @@ class AutoWindow(PicklesWithoutLocks):
     """A window that sizes itself: widen geometrically while that still raises the rate, then settle.
 
     Why: the depth that hides a network's latency is rate x latency (Little's law), and neither is known
-    before reading. From `start`, each interval of at least `depth` completions (and `min_interval_s`) of
-    requests sent at the current depth gives a rate and the mean latency of its requests. The window grows
+    before reading. It starts with a ramp: from `start`, after each window's worth of completions (about
+    one round trip), the window widens by the pace at which they arrived x their latency / depth (the
+    depth Little's law asks for), at most `ramp_factor` at once, while that is above `latency_bound`;
+    waiting for the timed intervals below at every step would spend most of a short epoch at narrow
+    depths on a long round trip. From then on, each interval of at
+    least `depth` completions (and `min_interval_s`) of requests sent at the current depth gives a rate
+    and the mean latency of its requests. The window grows
     by `growth` (up to `cap`, never past the keys left) while it is full (rate x latency >= `min_fill` x
     depth: else the submitter, not the window, limits the rate) and its requests do not queue (mean
     latency <= `latency_bound` x the base latency, the lowest interval mean seen: wider means
@@ -124,7 +129,7 @@ class AutoWindow(PicklesWithoutLocks):
 
     def __init__(self, start: int = AUTO_START, cap: int = AUTO_CAP, growth: float = 2.0, min_gain: float = 0.05,
                  patience: int = 2, min_interval_s: float = 0.1, latency_bound: float = 1.5,
-                 max_queueing: float = 3.0, min_fill: float = 0.75,
+                 max_queueing: float = 3.0, min_fill: float = 0.75, ramp_factor: float = 8.0,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         if not 1 <= start <= cap:
             raise ValueError(f"need 1 <= start <= cap, got start {start}, cap {cap}")
@@ -133,6 +138,7 @@ class AutoWindow(PicklesWithoutLocks):
         self.start, self.cap, self.growth, self.min_gain = start, cap, growth, min_gain
         self.patience, self.min_interval_s, self.clock = patience, min_interval_s, clock
         self.latency_bound, self.max_queueing, self.min_fill = latency_bound, max_queueing, min_fill
+        self.ramp_factor = ramp_factor
         self._lock = threading.Lock()
         self._depth = start
         self._history = [start]
@@ -141,8 +147,11 @@ class AutoWindow(PicklesWithoutLocks):
         self.best_depth = start
         self.base_latency_s = math.inf  # the lowest mean latency of an interval: the round trip plus service
         self._strikes = 0
+        self.ramping = True  # sizing by Little's law each window's worth of completions (`_ramp`)
         self._total: int | None = None
         self._submitted = 0
+        self._finished = 0
+        self._peak_outstanding = 0  # the most requests in flight since the last decision
         self._t0: float | None = None  # start of the measuring interval: its first completion
         self._changed_at = -math.inf  # requests sent before the last change belong to the old depth
         self._count = 0  # completions in it
@@ -161,7 +170,7 @@ class AutoWindow(PicklesWithoutLocks):
     def begin(self, total: int | None) -> None:
         """A new run of `total` requests (None: unknown) starts now; a settled depth is kept."""
         with self._lock:
-            self._total, self._submitted = total, 0
+            self._total, self._submitted, self._finished, self._peak_outstanding = total, 0, 0, 0
             self._t0, self._count, self._latency_sum, self._strikes = None, 0, 0.0, 0
             self._changed_at = -math.inf
 
@@ -170,13 +179,15 @@ class AutoWindow(PicklesWithoutLocks):
         now = self.clock()
         with self._lock:
             self._submitted += 1
+            self._peak_outstanding = max(self._peak_outstanding, self._submitted - self._finished)
         return now
 
     def finished(self, started_at: float) -> None:
         """Call when a request completes (from any thread)."""
         now = self.clock()
         with self._lock:
-            if self.settled or started_at < self._changed_at:
+            self._finished += 1
+            if self.settled or (started_at < self._changed_at and not self.ramping):
                 return
             if self._t0 is None:
                 self._t0 = now
@@ -186,27 +197,54 @@ class AutoWindow(PicklesWithoutLocks):
             if remaining is not None and remaining <= 0:  # the tail drains: its rates say nothing
                 return
             elapsed = now - self._t0
-            if self._count < self._depth or elapsed < self.min_interval_s:
+            if self._count < self._depth or (elapsed < self.min_interval_s and not self.ramping):
                 return
             depth = self._depth
-            self._decide(self._count / elapsed, self._latency_sum / self._count, remaining)
+            decide = self._ramp if self.ramping else self._decide
+            decide((self._count - 1) / elapsed if elapsed > 0 else math.inf, self._latency_sum / self._count,
+                   remaining)
             self._t0, self._count, self._latency_sum = (now if self._depth == depth else None), 0, 0.0
+            self._peak_outstanding = self._submitted - self._finished
             if self._depth != depth:
                 self._changed_at = now
+
+    def _ramp(self, pace: float, latency_s: float, remaining: int | None) -> None:
+        """The start, sized by Little's law; the timed intervals of `_decide` take over when it ends.
+
+        A window's worth of completions arrives at the pace the server and client can go (`pace`, per
+        second); the window alone would give depth / latency. Their ratio, the headroom, says how much
+        wider the window should be: it widens by it (at most `ramp_factor` at once) while the headroom is
+        above `latency_bound` and latency has not risen that much above the base either.
+        """
+        self.measured.append((self._depth, round(pace, 1), round(latency_s * 1000, 2)))
+        self.base_latency_s = min(self.base_latency_s, latency_s)
+        full = self._peak_outstanding >= self.min_fill * self._depth  # else the submitter limits, not the window
+        headroom = pace * latency_s / self._depth
+        if full and headroom >= self.latency_bound and latency_s <= self.latency_bound * self.base_latency_s:
+            wider = self._wider(remaining, min(headroom, self.ramp_factor))
+            if wider > self._depth:
+                self._set(wider)
+                return
+        self.ramping = False
+
+    def _wider(self, remaining: int | None, factor: float | None = None) -> int:
+        """The next depth up: `factor` (default `growth`) times this one, at most `cap`, never past the keys left."""
+        wider = min(self.cap, math.ceil(self._depth * (factor or self.growth)))
+        if remaining is not None:
+            wider = min(wider, max(self._depth, remaining))
+        return wider
 
     def _decide(self, rate: float, latency_s: float, remaining: int | None) -> None:
         self.measured.append((self._depth, round(rate, 1), round(latency_s * 1000, 2)))
         self.base_latency_s = min(self.base_latency_s, latency_s)
         queueing = latency_s / self.base_latency_s if self.base_latency_s > 0 else math.inf
         full = rate * latency_s >= self.min_fill * self._depth  # Little's law: what was really in flight
-        gained = rate > self.best_rate * (1 + self.min_gain)
+        gained = self.best_rate > 0 and rate > self.best_rate * (1 + self.min_gain)
         if rate > self.best_rate:
             self.best_rate, self.best_depth = rate, self._depth
         if full and (queueing <= self.latency_bound or (gained and queueing <= self.max_queueing)):
             self._strikes = 0
-            wider = min(self.cap, math.ceil(self._depth * self.growth))
-            if remaining is not None:
-                wider = min(wider, max(self._depth, remaining))
+            wider = self._wider(remaining)
             if wider > self._depth:
                 self._set(wider)
             elif self._depth >= self.cap:

@@ -54,6 +54,15 @@ def test_the_window_at_50ms_is_wider_than_at_0ms():
     assert slow.depth >= 0.050 / 0.001  # Little's law: rate 1000/s x 50 ms
 
 
+def test_a_long_round_trip_costs_under_a_tenth_of_a_short_epoch():
+    """2,000 requests to a 1,000/s server: the ramp sizes the window by Little's law within a few round trips,
+    so 50 ms of round trip keeps >= 0.9 of the 0 ms rate (simulated time: the issue's target, without the noise)."""
+    near = simulate(latency_s=0.0, service_s=0.001, requests=2000)
+    far = simulate(latency_s=0.050, service_s=0.001, requests=2000)
+    assert far.clock.now <= near.clock.now / 0.9, (far.history, far.measured[:6])
+    assert far.history[2] >= 0.050 / 0.001, far.history  # Little's depth by the second widening
+
+
 def test_it_stops_growing_when_the_rate_plateaus():
     window = simulate(latency_s=0.010, service_s=0.001)  # the server's 1000/s is reached at about 10 in flight
     assert window.settled

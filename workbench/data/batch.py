@@ -39,9 +39,7 @@ class Batch:
         sizes = np.fromiter((len(p) for p in payloads), dtype=np.int64, count=len(payloads))
         offsets = np.zeros(len(payloads) + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
-        buffer = np.empty(int(offsets[-1]), dtype=np.uint8)
-        for payload, start, end in zip(payloads, offsets[:-1], offsets[1:], strict=True):
-            buffer[start:end] = np.frombuffer(payload, dtype=np.uint8)
+        buffer = np.frombuffer(bytearray().join(payloads), dtype=np.uint8)  # one allocation, a memcpy each (in C)
         return cls(keys, labels, buffer, offsets)
 
     @classmethod

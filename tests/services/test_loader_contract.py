@@ -45,6 +45,18 @@ def test_one_epoch_is_exactly_the_split(stack, dataset, loader):
     check_one_epoch_is_exactly_the_split(stack, loader, *dataset)
 
 
+@pytest.mark.parametrize("loader", ["cassandra", "cassandra-py", "ignite", "fs"])
+def test_connecting_first_changes_nothing_read(stack, dataset, loader):
+    """`connect()` (what `bench loaders` calls before its clock starts) twice, then the same exact epoch."""
+    name, expected = dataset
+    with make_loader(loader, stack, dataset=name) as source:
+        source.connect()
+        source.connect()
+        items = [item for batch in source.batches() for item in batch.items()]
+    assert sorted(i.key for i in items) == sorted(expected)
+    assert all(i.data == expected[i.key].data for i in items)
+
+
 @pytest.mark.parametrize("loader", LOADERS)
 def test_batches_are_exactly_the_split(stack, dataset, loader):
     check_batches_are_exactly_the_split(stack, loader, *dataset)

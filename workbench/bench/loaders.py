@@ -32,13 +32,17 @@ from workbench.net.toxiproxy import Toxiproxy
 from workbench.results import check_writable, write_results
 
 
-def timed(run: Callable[[], tuple[int, int]], cpu: list[float] | None = None) -> tuple[float, int, int]:
-    """(seconds, samples, bytes); appends this process's CPU seconds (all its threads) to `cpu`."""
+def timed(run: Callable[[], tuple[int, ...]], cpu: list[float] | None = None) -> tuple[float, int, int]:
+    """(seconds, samples, bytes); appends this process's CPU seconds (all its threads) to `cpu`.
+
+    `run` returns (samples, bytes), or (samples, bytes, seconds spent connecting), which are left out of the
+    time, as the native ceilings leave out theirs.
+    """
     start, cpu_start = time.perf_counter(), time.process_time()
-    samples, nbytes = run()
+    samples, nbytes, *connecting = run()
     if cpu is not None:
         cpu.append(time.process_time() - cpu_start)
-    return time.perf_counter() - start, samples, nbytes
+    return time.perf_counter() - start - sum(connecting), samples, nbytes
 
 
 ITEMS_SUFFIX = "[items]"  # a loader measured on its per-item path: `bench loaders --items`
@@ -47,16 +51,20 @@ ITEMS_SUFFIX = "[items]"  # a loader measured on its per-item path: `bench loade
 def epoch_of(name: str, settings: Settings, config: dict, max_seconds: float,
              windows: list[list[int]] | None = None, items: bool = False) -> Callable[[], tuple[int, int]]:
     """One epoch, or as much of it as `max_seconds` allows (slow strategies at high RTT): a steady rate.
+    Its time starts after `loader.connect()`, as a native ceiling's starts after it has connected.
 
     Reads batches (`Loader.batches`), the path the adapters take, or with `items` one Item at a time (the
     item API, and the hot path before batches). Appends the loader's window history (its last entry: the
     depth in use at the end) to `windows`.
     """
 
-    def run() -> tuple[int, int]:
+    def run() -> tuple[int, int, float]:
         samples = nbytes = 0
-        deadline = time.perf_counter() + max_seconds
         with make_loader(name, settings, **config) as loader:
+            start = time.perf_counter()
+            loader.connect()
+            connecting = time.perf_counter() - start
+            deadline = time.perf_counter() + max_seconds
             chunks = ((1, len(item.data)) for item in loader) if items else \
                 ((len(batch), batch.nbytes) for batch in loader.batches())
             for count, size in chunks:
@@ -66,7 +74,7 @@ def epoch_of(name: str, settings: Settings, config: dict, max_seconds: float,
                     break
             if windows is not None and hasattr(loader, "window_history"):
                 windows.append(loader.window_history)
-        return samples, nbytes
+        return samples, nbytes, connecting
 
     return run
 

@@ -230,6 +230,10 @@ class Loader(ABC):
             yield batch
         self._done = True
 
+    def connect(self) -> None:  # noqa: B027 - optional: loaders holding connections override it
+        """Open connections (sessions, prepared statements) now instead of on the first read; reading connects
+        by itself. Why: a benchmark times reading apart from connecting, as the native ceilings do."""
+
     def close(self) -> None:  # noqa: B027 - optional: loaders holding connections override it
         """Release connections and threads."""
 

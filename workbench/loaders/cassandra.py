@@ -465,6 +465,13 @@ class FreshConnections:
     def _reset(self) -> None:
         raise NotImplementedError
 
+    def _connect_retrying(self) -> Any:
+        raise NotImplementedError
+
+    def connect(self) -> None:
+        """The session and the prepared statement now (re-tried like reads), not on the first read."""
+        self._connect_retrying()
+
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         for name in ("_lock", *self.connection_state):

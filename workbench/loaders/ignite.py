@@ -417,6 +417,17 @@ class IgniteLoader(HasWindow, Loader):
             ) from exc
         return items
 
+    def connect(self) -> None:
+        """The listing's client now and, with client "aio", the shared asyncio client (sync mode's per-thread
+        clients still connect on their thread's first request)."""
+        clients, _ = self._ensure_pool()
+        policy_of(self.config).call(clients.get, f"connecting to Ignite at {self.endpoint.where}",
+                                    on_retry=lambda _: clients.discard())
+        if self.config.client == "aio" and self.config.mode != "scan":
+            loop = self._ensure_aio()
+            assert self._aio_clients is not None
+            loop.call(self._aio_clients.get(), self.settings.timeout_s)
+
     def close(self) -> None:
         with self._lock:
             loop, self._aio = self._aio, None

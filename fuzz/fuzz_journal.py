@@ -7,7 +7,7 @@ from common import fuzz, instrumented
 
 with instrumented():
     from workbench.layouts.objects import JOURNAL, ObjectSet
-    from workbench.loaders.fs import read_journal
+    from workbench.loaders.fs import FileEntry, read_journal
     from workbench.storage.local import DirStore
 
 ROOT = Path("/dev/shm" if Path("/dev/shm").is_dir() else "/tmp") / "workbench-fuzz-journal"  # reused by every run
@@ -16,8 +16,9 @@ ROOT = Path("/dev/shm" if Path("/dev/shm").is_dir() else "/tmp") / "workbench-fu
 
 def target(data: bytes) -> None:
     (ROOT / JOURNAL / "0001.jsonl").write_bytes(data)
-    for records in (read_journal(ROOT), ObjectSet(DirStore(ROOT), 1, "int")._journal()[0]):
-        assert all(isinstance(r, dict) and k == r["key"] for k, r in records.items())
+    records = ObjectSet(DirStore(ROOT), 1, "int")._journal()[0]
+    assert all(isinstance(r, dict) and k == r["key"] for k, r in records.items())
+    assert all(e is None or (isinstance(e, FileEntry) and k == e.rel) for k, e in read_journal(ROOT).items())
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ from workbench.data.shards import split_name
 from workbench.errors import WorkbenchError
 from workbench.layouts.objects import JOURNAL, ObjectSet, manifest_key
 from workbench.layouts.shards import sample_item as shard_item
+from workbench.loaders.fs import FileEntry
 from workbench.loaders.fs import read_journal as read_fs_journal
 from workbench.loaders.ignite import sample_item
 from workbench.loaders.s3_objects import default_manifest_parser
@@ -233,8 +234,10 @@ def test_object_and_fs_journals(lines):
         root = Path(folder)
         (root / JOURNAL).mkdir()
         (root / JOURNAL / "0001.jsonl").write_text("\n".join(lines) + "\n", errors="surrogateescape")
-        for records in (read_fs_journal(root), ObjectSet(DirStore(root), 1, "int")._journal()[0]):
-            assert all(isinstance(r, dict) and k == r["key"] for k, r in records.items())
+        records = ObjectSet(DirStore(root), 1, "int")._journal()[0]
+        assert all(isinstance(r, dict) and k == r["key"] for k, r in records.items())
+        entries = read_fs_journal(root)
+        assert all(e is None or (isinstance(e, FileEntry) and k == e.rel) for k, e in entries.items())
 
 
 @FAST

@@ -35,7 +35,19 @@ from urllib.parse import unquote
 from pydantic import Field
 
 from workbench.backends import locate
-from workbench.concurrency import LazyPool, PicklesWithoutLocks, fixed_depth, in_flight
+from workbench.concurrency import (
+    AUTO,
+    AUTO_CAP,
+    AUTO_START,
+    AutoWindow,
+    Concurrency,
+    FixedWindow,
+    LazyPool,
+    PicklesWithoutLocks,
+    Window,
+    fixed_depth,
+    in_flight,
+)
 from workbench.config import Settings
 from workbench.data import ShardInfo, read_index
 from workbench.errors import WorkbenchError
@@ -54,10 +66,10 @@ class FilesystemLoaderConfig(LoaderConfig):
     shuffle_buffer: int = Field(1000, ge=0, le=1_000_000, description="shards: samples in the shuffle buffer")
     files_per_request: int = Field(16, ge=1, le=1024, description=(
         "imagefolder: files one thread reads back to back per request (page-cache reads take microseconds; "
-        "handing each file to a thread on its own costs more than reading it)"))
+        "handing each file to a thread on its own costs more than reading it); `concurrency` still counts files"))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FileEntry:
     rel: str  # path relative to the root, '/'-separated
     id: str
@@ -146,8 +158,8 @@ class FilesystemLoader(PicklesWithoutLocks, Loader):
         pool = self._pool.get()
         step = c.files_per_request
         requests = [entries[i:i + step] for i in range(0, len(entries), step)]
-        for _, items in in_flight(requests, lambda run: pool.submit(self._read_files, run), c.concurrency,
-                                  c.ordered):
+        for _, items in in_flight(requests, lambda run: pool.submit(self._read_files, run),
+                                  files_window(c.concurrency, step), c.ordered):
             yield from items
 
     def _read_files(self, entries: list[FileEntry]) -> list[Item]:
@@ -213,6 +225,15 @@ class FilesystemLoader(PicklesWithoutLocks, Loader):
 # ------------------------------------------------------------------------------------------ helpers
 
 
+def files_window(concurrency: Concurrency, files_per_request: int) -> Window:
+    """Requests in flight that keep `concurrency` files in flight (for "auto": at most AUTO_CAP files), so
+    the memory held by reads in flight does not grow with `files_per_request`."""
+    if concurrency == AUTO:
+        widest = max(1, AUTO_CAP // files_per_request)
+        return AutoWindow(start=min(widest, max(1, AUTO_START // files_per_request)), cap=widest)
+    return FixedWindow(max(1, -(-int(concurrency) // files_per_request)))
+
+
 def read_bytes(path: Path, what: str) -> bytes:
     """The whole file, with the fewest calls (open, fstat, read, close: no buffered file object)."""
     try:
@@ -231,23 +252,27 @@ def read_bytes(path: Path, what: str) -> bytes:
         raise WorkbenchError(f"cannot read {path} ({what}): {exc.strerror or exc}") from exc
 
 
-def read_journal(root: Path) -> dict[str, dict]:
-    """key -> its latest journal record ({"key", "id", "label", "blob", ...}); parts are read in name order."""
-    records: dict[str, dict] = {}
+def read_journal(root: Path) -> dict[str, FileEntry | None]:
+    """key -> its latest journal record as a FileEntry (None: the record has no sample id); parts are read in
+    name order, line by line, keeping only what a reader needs (memory flat in the dataset's size)."""
+    records: dict[str, FileEntry | None] = {}
     folder = root / JOURNAL
     if not folder.is_dir():
         return records
     for part in sorted(p for p in folder.iterdir() if p.name.endswith(".jsonl") and not p.name.startswith(".")):
         try:
-            text = part.read_text(errors="replace")
+            with part.open(errors="replace") as lines:
+                for line in lines:
+                    try:
+                        record = json.loads(line)
+                        key, label = record["key"], record.get("label")
+                        records[key] = None if "id" not in record else FileEntry(
+                            key, str(record["id"]), int(label) if label is not None else None,
+                            bool(record.get("blob")))
+                    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: deep JSON
+                        log.warning("ignoring a bad line in journal part %s", part)
         except OSError as exc:
             raise WorkbenchError(f"cannot read {part}: {exc.strerror or exc}") from exc
-        for line in text.splitlines():
-            try:
-                record = json.loads(line)
-                records[record["key"]] = record
-            except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: deeply nested JSON
-                log.warning("ignoring a bad line in journal part %s", part)
     return records
 
 
@@ -257,22 +282,21 @@ def list_files(root: Path, split: str) -> list[FileEntry]:
     manifest = root / split / MANIFEST
     if manifest.is_file():
         try:
-            lines = manifest.read_text().splitlines()
+            with manifest.open() as lines:
+                keys = [f"{split}/{unquote(line.partition(' ')[0])}" for line in lines if line.strip()]
         except OSError as exc:
             raise WorkbenchError(f"cannot read {manifest}: {exc.strerror or exc}") from exc
-        keys = [f"{split}/{unquote(line.partition(' ')[0])}" for line in lines if line.strip()]
     else:
         present = {p.relative_to(root).as_posix() for p in (root / split).rglob("*") if p.is_file()}
         keys = [k for k in records if k in present]
+    keys.sort()
     entries = []
-    for key in sorted(keys):
-        record = records.get(key)
-        if record is None or "id" not in record:
+    for key in keys:
+        entry = records.get(key)
+        if entry is None:
             raise WorkbenchError(f"{root / key} has no sample id in the ingest journal ({root / JOURNAL}): "
                                  "re-run the ingest")
-        label = record.get("label")
-        entries.append(FileEntry(key, str(record["id"]), int(label) if label is not None else None,
-                                 bool(record.get("blob"))))
+        entries.append(entry)
     if not entries:
         raise WorkbenchError(f"no samples of split '{split}' under {root}: ingest the dataset first")
     return entries

@@ -114,17 +114,16 @@ class AutoWindow(PicklesWithoutLocks):
     one round trip), the window widens by the pace at which they arrived x their latency / depth (the
     depth Little's law asks for), at most `ramp_factor` at once, while that is above `latency_bound`;
     waiting for the timed intervals below at every step would spend most of a short epoch at narrow
-    depths on a long round trip. From then on, each interval of at
-    least `depth` completions (and `min_interval_s`) of requests sent at the current depth gives a rate
-    and the mean latency of its requests. The window grows
-    by `growth` (up to `cap`, never past the keys left) while it is full (rate x latency >= `min_fill` x
-    depth: else the submitter, not the window, limits the rate) and its requests do not queue (mean
-    latency <= `latency_bound` x the base latency, the lowest interval mean seen: wider means
-    proportionally faster, whatever the noise in the rate), or while a wider window raised the rate by
-    more than `min_gain` with latency still below `max_queueing` x the base. After `patience` intervals
-    that do neither it settles on the narrowest depth that reached the best rate, never below best rate
-    x base latency (what the round trip alone requires). A settled window stays for later epochs.
-    Thread-safe; `clock` is injectable so the logic runs on simulated time.
+    depths on a long round trip. From then on, each interval of at least `depth` completions (and
+    `min_interval_s`) of requests sent at the current depth gives a rate and the mean latency of its
+    requests. The window grows by `growth` (up to `cap`, never past the keys left) while it is full
+    (rate x latency >= `min_fill` x depth: else the submitter, not the window, limits the rate) and its
+    requests do not queue (mean latency <= `latency_bound` x the base latency, the lowest interval mean
+    seen: wider means proportionally faster, whatever the noise in the rate), or while a wider window
+    raised the rate by more than `min_gain` with latency still below `max_queueing` x the base. After
+    `patience` intervals that do neither it settles on the narrowest depth that reached the best rate,
+    never below best rate x base latency (what the round trip alone requires). A settled window stays
+    for later epochs. Thread-safe; `clock` is injectable so the logic runs on simulated time.
     """
 
     def __init__(self, start: int = AUTO_START, cap: int = AUTO_CAP, growth: float = 2.0, min_gain: float = 0.05,

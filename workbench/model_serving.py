@@ -33,9 +33,14 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from workbench.bench.clients_launch import free_port
+from workbench.checkpoints.ignite import DEFAULT_CACHE, IgniteCheckpoint
+from workbench.checkpoints.s3 import S3Checkpoint
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
 from workbench.preprocessing import DECODERS, resize_shorter
+from workbench.stack import down, up
+from workbench.storage import parse_s3_uri
+from workbench.storage.oss_access import OssAccess
 
 FORMAT = "workbench-classifier"
 MODELS = ("preprocess", "classifier", "ensemble", "cassandra_fetch", "cass_to_inference")
@@ -64,8 +69,6 @@ def checkpoint_uri(settings: Settings, store: str, name: str) -> str:
     if store == "s3":
         return f"s3://{settings.s3_bucket}/checkpoints/{name}.pt"
     if store == "ignite":
-        from workbench.checkpoints.ignite import DEFAULT_CACHE
-
         return f"ignite://{DEFAULT_CACHE}/{name}"
     raise WorkbenchError(f"checkpoint store {store!r}: use s3 or ignite")
 
@@ -73,11 +76,7 @@ def checkpoint_uri(settings: Settings, store: str, name: str) -> str:
 def checkpoint_writer(uri: str, settings: Settings) -> BinaryIO:
     """A file object whose bytes become the checkpoint `uri` when closed without error (S3 or Ignite)."""
     if _check_uri(uri).startswith("s3://"):
-        from workbench.checkpoints.s3 import S3Checkpoint
-
         return S3Checkpoint(settings).writer(uri)  # type: ignore[return-value]
-    from workbench.checkpoints.ignite import IgniteCheckpoint
-
     cache, name = _ignite_name(uri)
     return IgniteCheckpoint(settings, cache_name=cache).writer(name)  # type: ignore[return-value]
 
@@ -85,11 +84,7 @@ def checkpoint_writer(uri: str, settings: Settings) -> BinaryIO:
 def checkpoint_reader(uri: str, settings: Settings) -> BinaryIO:
     """The checkpoint `uri` as a seekable file object (what torch.load reads)."""
     if _check_uri(uri).startswith("s3://"):
-        from workbench.checkpoints.s3 import S3Checkpoint
-
         return S3Checkpoint(settings).reader(uri)  # type: ignore[return-value]
-    from workbench.checkpoints.ignite import IgniteCheckpoint
-
     cache, name = _ignite_name(uri)
     return IgniteCheckpoint(settings, cache_name=cache).reader(name)
 
@@ -97,14 +92,9 @@ def checkpoint_reader(uri: str, settings: Settings) -> BinaryIO:
 def delete_checkpoint(uri: str, settings: Settings) -> None:
     """Remove the checkpoint `uri` (tests and notebooks clean up after themselves)."""
     if _check_uri(uri).startswith("s3://"):
-        from workbench.storage import parse_s3_uri
-        from workbench.storage.oss_access import OssAccess
-
         bucket, key = parse_s3_uri(uri)
         OssAccess(settings).store(bucket, 2).delete([key])
         return
-    from workbench.checkpoints.ignite import IgniteCheckpoint
-
     cache, name = _ignite_name(uri)
     IgniteCheckpoint(settings, cache_name=cache).delete(name)
 
@@ -207,8 +197,6 @@ def private_triton(settings: Settings, repository: Path, state_dir: Path | None 
     """A Triton of its own serving `repository` (free ports on settings.host, its own state dir), stopped on
     exit; yields its settings. The storage settings stay the shared stack's: cassandra_fetch and the
     classifier read from the same Cassandra, S3 and Ignite."""
-    from workbench.stack import down, up
-
     own_dir = state_dir is None
     state = Path(tempfile.mkdtemp(prefix="workbench-triton-")) if state_dir is None else state_dir
     private = settings.model_copy(update={

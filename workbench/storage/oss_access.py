@@ -26,6 +26,7 @@ from workbench.errors import WorkbenchError
 from workbench.storage.base import Store
 from workbench.storage.oss_config import OssConfig, load_config, load_credentials
 from workbench.storage.s3 import s3_client_at
+from workbench.storage.s3_native import NativeS3Store as S3Store  # the S3 store class the package exports
 
 _AUDIT_LOGGERS: dict[str, logging.Logger] = {}
 _LOCK = threading.Lock()
@@ -110,8 +111,6 @@ class OssAccess:
 
     def store(self, bucket: str, connections: int) -> Store:
         """A store for `bucket` at this endpoint with these credentials (made per process by the callers)."""
-        from workbench.storage import S3Store  # the package picks the S3 store class
-
         if self.cred_path is None and (self.endpoint is None or self.endpoint == self.settings.s3_endpoint(
                 self.via_proxy)):
             return S3Store(self.settings, bucket, "", self.via_proxy, connections=connections)

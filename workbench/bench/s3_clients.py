@@ -23,6 +23,7 @@ from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.storage import S3Store
 from workbench.storage.s3 import BotoS3Store
+from workbench.storage.s3_native import native_store
 
 DEFAULT_DATASET = "synthetic-classification-2000-s0"  # `workbench ingest --source synthetic:2000 -b s3-objects`
 CLIENTS = ("boto3-threads", "obstore-async", "obstore-threads", "crt-threads", "S3Store")
@@ -62,8 +63,6 @@ def store_reader(settings: Settings, bucket: str, depth: int) -> Reader:
 
 def obstore_readers(settings: Settings, bucket: str, depth: int) -> tuple[Reader, Reader]:
     import obstore
-
-    from workbench.storage.s3_native import native_store
 
     store = native_store(settings, bucket, connections=depth + 4)
 

@@ -200,8 +200,7 @@ class AutoWindow(PicklesWithoutLocks):
                 return
             depth = self._depth
             decide = self._ramp if self.ramping else self._decide
-            decide((self._count - 1) / elapsed if elapsed > 0 else math.inf, self._latency_sum / self._count,
-                   remaining)
+            decide(self._count / elapsed if elapsed > 0 else math.inf, self._latency_sum / self._count, remaining)
             self._t0, self._count, self._latency_sum = (now if self._depth == depth else None), 0, 0.0
             self._peak_outstanding = self._submitted - self._finished
             if self._depth != depth:

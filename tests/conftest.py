@@ -61,3 +61,15 @@ def settings(tmp_path) -> Settings:
 def unique() -> str:
     """A short unique name, so tests never see each other's keyspaces, buckets or caches."""
     return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def tf():
+    """TensorFlow imported the workbench's way (triton first: workbench.tf_import), so that torchvision still
+    loads later in this process; the test is skipped where TensorFlow is not installed."""
+    from workbench.tf_import import tensorflow
+
+    try:
+        return tensorflow()
+    except ImportError:
+        pytest.skip("needs tensorflow")

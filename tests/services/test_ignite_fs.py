@@ -122,7 +122,8 @@ def test_torch_checkpoints_through_fsspec_are_ignite_checkpoints(stack, fs, cach
     assert torch.equal(again["weight"], state["weight"])
 
 
-def test_the_training_pipeline_writes_its_checkpoint_and_event_file_to_ignite(stack, fs, cache, unique, tmp_path):
+def test_the_training_pipeline_writes_its_checkpoint_and_event_file_to_ignite(stack, fs, cache, unique, tmp_path,
+                                                                              tf):
     """A short CPU run from the fs loader (no network needed for the data), outputs to ignite://."""
     from workbench.backends.registry import make_backend
     from workbench.data import SyntheticSource
@@ -149,7 +150,6 @@ def test_the_training_pipeline_writes_its_checkpoint_and_event_file_to_ignite(st
         assert event_file.rsplit("/", 1)[1].startswith("events.out.tfevents.")
         local = tmp_path / "events.out.tfevents.local"
         fs.get_file(event_file, str(local))
-        tf = pytest.importorskip("tensorflow")
         from tensorflow.core.util import event_pb2
 
         parsed = [event_pb2.Event.FromString(r.numpy()) for r in tf.data.TFRecordDataset(str(local))]

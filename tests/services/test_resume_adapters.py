@@ -53,8 +53,7 @@ def _tf_keys(element, per_sample: bool) -> list[str]:
 
 @pytest.mark.parametrize("loader", ["fs", "cassandra", "s3-shards"])
 @pytest.mark.parametrize("per_sample", [False, True])
-def test_tf_dataset_resumes_where_the_consumer_stopped(stack, dataset, loader, per_sample):
-    pytest.importorskip("tensorflow")
+def test_tf_dataset_resumes_where_the_consumer_stopped(stack, dataset, loader, per_sample, tf):
     from workbench.adapters.tf import TFLoaderDataset
 
     name, ids, _, _ = dataset
@@ -76,8 +75,7 @@ def test_tf_dataset_resumes_where_the_consumer_stopped(stack, dataset, loader, p
     assert again.state_dict()["done"]
 
 
-def test_tf_dataset_refuses_a_state_of_other_settings(stack, dataset):
-    pytest.importorskip("tensorflow")
+def test_tf_dataset_refuses_a_state_of_other_settings(stack, dataset, tf):
     from workbench.adapters.tf import TFLoaderDataset
 
     name = dataset[0]
@@ -86,8 +84,7 @@ def test_tf_dataset_refuses_a_state_of_other_settings(stack, dataset):
         TFLoaderDataset("fs", stack, dataset=name, seed=4).load_state_dict(state)
 
 
-def test_ignite_dataset_tf_resumes_where_the_consumer_stopped(stack, dataset):
-    pytest.importorskip("tensorflow")
+def test_ignite_dataset_tf_resumes_where_the_consumer_stopped(stack, dataset, tf):
     from workbench.compat.ignite_dataset import ResumableIgniteDataset
 
     cache = dataset[2]["ignite"].cache_name

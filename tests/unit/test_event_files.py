@@ -18,8 +18,7 @@ def test_crc32c_check_value():
     assert crc32c(b"") == 0
 
 
-def test_event_file_is_read_by_tensorflow(tmp_path):
-    tf = pytest.importorskip("tensorflow")
+def test_event_file_is_read_by_tensorflow(tmp_path, tf):
     from tensorflow.core.util import event_pb2
 
     buffer = io.BytesIO()
@@ -39,8 +38,7 @@ def test_event_file_is_read_by_tensorflow(tmp_path):
     assert scalars[2][0] == 2**40 and scalars[2][2] == {"big/step": -1.0}
 
 
-def test_a_damaged_record_is_refused_by_tensorflow(tmp_path):
-    tf = pytest.importorskip("tensorflow")
+def test_a_damaged_record_is_refused_by_tensorflow(tmp_path, tf):
     data = bytearray(record(b"payload"))
     data[12] ^= 1
     (tmp_path / "bad").write_bytes(bytes(data))

@@ -49,9 +49,9 @@ ITEMS_SUFFIX = "[items]"  # a loader measured on its per-item path: `bench loade
 
 
 def epoch_of(name: str, settings: Settings, config: dict, max_seconds: float,
-             windows: list[list[int]] | None = None, items: bool = False) -> Callable[[], tuple[int, int]]:
+             windows: list[list[int]] | None = None, items: bool = False) -> Callable[[], tuple[int, int, float]]:
     """One epoch, or as much of it as `max_seconds` allows (slow strategies at high RTT): a steady rate.
-    Its time starts after `loader.connect()`, as a native ceiling's starts after it has connected.
+    The run returns (samples, bytes, seconds spent in `loader.connect()`), which `timed` leaves out.
 
     Reads batches (`Loader.batches`), the path the adapters take, or with `items` one Item at a time (the
     item API, and the hot path before batches). Appends the loader's window history (its last entry: the

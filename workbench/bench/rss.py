@@ -67,7 +67,8 @@ def measure(loader_name: str, dataset: str, concurrency: Concurrency, timeout_s:
 
 def bench_rss(settings: Settings, loaders: list[str], counts: list[int], mean_kb: float, concurrency: Concurrency,
               repeats: int, results_dir: Path, timeout_s: float = 900.0) -> list[dict]:
-    """Peak RSS of each loader reading each dataset size (median of `repeats` fresh processes)."""
+    """Peak RSS of each loader reading each dataset size (median of `repeats` fresh processes; they take their
+    settings from the environment and .env, as the command line does)."""
     check_writable(results_dir)
     counts = sorted(set(counts))
     if len(counts) < 2:

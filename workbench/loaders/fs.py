@@ -7,7 +7,8 @@ layout is recognised from the files: ``<root>/<split>/index.json`` means shards)
   (``<root>/<split>/manifest.txt``) joined with its journal (``<root>/_journal/*.jsonl``, which maps each
   file to its sample id and label; without a manifest, the journal's files that exist). Each epoch takes
   this epoch's order (`epoch_order`), this rank's and DataLoader worker's share (`take_shard`) and reads
-  the files with ``concurrency`` threads, in order or as they complete (``ordered``).
+  ``concurrency`` files at a time, ``files_per_request`` back to back per thread, in order or as they
+  complete (``ordered``).
 * ``shards``: the split's tar shards from its ``index.json``; shards are shuffled per epoch and split
   across ranks x workers (so with fewer shards than readers some readers get none), read a few at a time
   and cut into Items by the spans of a version-2 index (slices, no tar parsing; a version-1 index: parsed

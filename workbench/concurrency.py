@@ -263,12 +263,18 @@ class AutoWindow(PicklesWithoutLocks):
             self._history.append(depth)
 
 
-def make_window(concurrency: Concurrency | Window) -> Window:
-    """The window a config's `concurrency` asks for: "auto" -> AutoWindow, N -> FixedWindow(N)."""
+def make_window(concurrency: Concurrency | Window, items_per_request: int = 1) -> Window:
+    """The window a config's `concurrency` asks for: "auto" -> AutoWindow, N -> FixedWindow(N).
+
+    With `items_per_request` > 1 (a request reads several items), `concurrency` still counts items: the
+    window counts requests, N / items_per_request of them ("auto": at most AUTO_CAP items), so the memory
+    held by requests in flight does not grow with their size.
+    """
     if concurrency == AUTO:
-        return AutoWindow()
+        widest = max(1, AUTO_CAP // items_per_request)
+        return AutoWindow(start=min(widest, max(1, AUTO_START // items_per_request)), cap=widest)
     if isinstance(concurrency, int):
-        return FixedWindow(concurrency)
+        return FixedWindow(max(1, -(-concurrency // items_per_request)))
     if hasattr(concurrency, "depth"):
         return concurrency  # type: ignore[return-value]
     raise ValueError(f"concurrency must be a positive number or 'auto', got {concurrency!r}")

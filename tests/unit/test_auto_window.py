@@ -110,6 +110,12 @@ def test_make_window_and_sizes():
         make_window("many")  # type: ignore[arg-type]
 
 
+def test_a_window_of_multi_item_requests_still_counts_items():
+    assert make_window(32, items_per_request=16).depth == 2 and make_window(5, items_per_request=16).depth == 1
+    auto = make_window("auto", items_per_request=16)
+    assert isinstance(auto, AutoWindow) and auto.depth == 1 and auto.cap == AUTO_CAP // 16
+
+
 def test_in_flight_follows_a_window_that_widens():
     """Real threads: 5 ms requests, so the rate rises with the window and in_flight keeps more outstanding."""
     running = peak = 0

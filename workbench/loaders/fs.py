@@ -36,19 +36,7 @@ from urllib.parse import unquote
 from pydantic import Field
 
 from workbench.backends import locate
-from workbench.concurrency import (
-    AUTO,
-    AUTO_CAP,
-    AUTO_START,
-    AutoWindow,
-    Concurrency,
-    FixedWindow,
-    LazyPool,
-    PicklesWithoutLocks,
-    Window,
-    fixed_depth,
-    in_flight,
-)
+from workbench.concurrency import LazyPool, PicklesWithoutLocks, fixed_depth, in_flight, make_window
 from workbench.config import Settings
 from workbench.data import ShardInfo, read_index
 from workbench.errors import WorkbenchError
@@ -160,7 +148,7 @@ class FilesystemLoader(PicklesWithoutLocks, Loader):
         step = c.files_per_request
         requests = [entries[i:i + step] for i in range(0, len(entries), step)]
         for _, items in in_flight(requests, lambda run: pool.submit(self._read_files, run),
-                                  files_window(c.concurrency, step), c.ordered):
+                                  make_window(c.concurrency, step), c.ordered):
             yield from items
 
     def _read_files(self, entries: list[FileEntry]) -> list[Item]:
@@ -224,15 +212,6 @@ class FilesystemLoader(PicklesWithoutLocks, Loader):
 
 
 # ------------------------------------------------------------------------------------------ helpers
-
-
-def files_window(concurrency: Concurrency, files_per_request: int) -> Window:
-    """Requests in flight that keep `concurrency` files in flight (for "auto": at most AUTO_CAP files), so
-    the memory held by reads in flight does not grow with `files_per_request`."""
-    if concurrency == AUTO:
-        widest = max(1, AUTO_CAP // files_per_request)
-        return AutoWindow(start=min(widest, max(1, AUTO_START // files_per_request)), cap=widest)
-    return FixedWindow(max(1, -(-int(concurrency) // files_per_request)))
 
 
 def read_bytes(path: Path, what: str) -> bytes:

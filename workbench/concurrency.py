@@ -274,7 +274,7 @@ def make_window(concurrency: Concurrency | Window, items_per_request: int = 1) -
         widest = max(1, AUTO_CAP // items_per_request)
         return AutoWindow(start=min(widest, max(1, AUTO_START // items_per_request)), cap=widest)
     if isinstance(concurrency, int):
-        return FixedWindow(max(1, -(-concurrency // items_per_request)))
+        return FixedWindow(-(-concurrency // items_per_request) if concurrency > 0 else concurrency)
     if hasattr(concurrency, "depth"):
         return concurrency  # type: ignore[return-value]
     raise ValueError(f"concurrency must be a positive number or 'auto', got {concurrency!r}")

@@ -81,6 +81,8 @@ class Settings(BaseSettings):
     worker_start: Literal["forkserver", "spawn", "fork"] = Field(
         "forkserver", description="how torch DataLoader workers start: forkserver and spawn never fork a process "
                                   "that already runs threads (TF, gRPC, drivers); fork needs no server start")
+    malloc_tuning: bool = Field(True, description="loaders fix glibc's mmap/trim thresholds so big buffers are reused, "
+                                                  "not faulted in afresh (workbench.memory)")
 
     cassandra_port: int = 9042
     cassandra_storage_port: int = 7000

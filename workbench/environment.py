@@ -8,6 +8,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from workbench import memory
 from workbench.gpu import gpus  # NVML: "<name>, <memory> MiB" per GPU, empty without one
 from workbench.stack import status
 
@@ -74,5 +75,6 @@ def describe_environment(settings=None) -> dict:
     if settings is not None:
         env["servers"] = server_versions(settings)
         env["tls"] = settings.tls
+        env["malloc"] = memory.describe()  # glibc thresholds: they move big-buffer readers' rates (workbench.memory)
         env["worker_start"] = settings.worker_start  # how DataLoader workers started: it moves workers > 0 rates
     return env

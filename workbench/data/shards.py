@@ -268,7 +268,7 @@ def split_name(member: str) -> tuple[str, str]:
     return (f"{head}/{stem}" if head else stem), ext
 
 
-def read_shard(data: bytes, name: str = "shard") -> Iterator[dict[str, bytes]]:
+def read_shard(data: bytes | memoryview, name: str = "shard") -> Iterator[dict[str, bytes]]:
     """Samples of one shard as ``{"__key__": key, ext: bytes, ...}``, for verification.
 
     Stricter than webdataset: a sample's members must be contiguous, extensions unique, and the
@@ -301,7 +301,7 @@ def spans_from_tar(data: bytes, name: str = "shard") -> tuple[SampleSpan, ...]:
                  for _, start, ms in groups)
 
 
-def slice_shard(data: bytes, spans: Sequence[SampleSpan], name: str = "shard", base: int = 0
+def slice_shard(data: bytes | memoryview, spans: Sequence[SampleSpan], name: str = "shard", base: int = 0
                 ) -> Iterator[dict[str, bytes]]:
     """What `read_shard` gives, sliced out by the index's spans instead of parsed: ``{"__key__": key, ext: bytes}``.
 
@@ -312,11 +312,11 @@ def slice_shard(data: bytes, spans: Sequence[SampleSpan], name: str = "shard", b
         check_span(data, span, name, base)
         sample = {"__key__": span_key(data, span, base)}
         for m in span.members:
-            sample[m.ext] = data[m.offset - base : m.offset - base + m.size]
+            sample[m.ext] = bytes(data[m.offset - base : m.offset - base + m.size])
         yield sample
 
 
-def check_span(data: bytes, span: SampleSpan, name: str, base: int = 0) -> None:
+def check_span(data: bytes | memoryview, span: SampleSpan, name: str, base: int = 0) -> None:
     """Raise a WorkbenchError naming the shard unless `data` (from byte `base`) holds `span` as the index says."""
     if span.start < base or span.end - base > len(data):
         raise WorkbenchError(f"shard {name}: truncated (the sample at byte {span.start} is not all there): "
@@ -326,10 +326,10 @@ def check_span(data: bytes, span: SampleSpan, name: str, base: int = 0) -> None:
                              f"{span.start} are not those the index recorded): re-run the ingest")
 
 
-def span_key(data: bytes, span: SampleSpan, base: int = 0) -> str:
+def span_key(data: bytes | memoryview, span: SampleSpan, base: int = 0) -> str:
     """The tar key of a sample, from the name field of its first member's header (checked by `check_span`)."""
     at = span.members[0].offset - BLOCK - base
-    name = data[at : at + 100].split(b"\0", 1)[0].decode("utf-8", errors="replace")
+    name = bytes(data[at : at + 100]).split(b"\0", 1)[0].decode("utf-8", errors="replace")
     return split_name(name)[0]
 
 
@@ -338,7 +338,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def _read_members(data: bytes) -> Iterator[dict[str, Any]]:
+def _read_members(data: bytes | memoryview) -> Iterator[dict[str, Any]]:
     """Group regular members by key, then check the archive ends properly."""
     seen: set[str] = set()
     current: dict[str, Any] | None = None

@@ -357,11 +357,12 @@ def read_split_index(store: Store, split: str, dataset: str) -> list[ShardInfo]:
         raise WorkbenchError(f"{where}: {exc}") from None
 
 
-def fetch_shard(store: Store, split: str, info: ShardInfo) -> bytes:
-    """The bytes of one indexed shard, checked against the size the index records."""
+def fetch_shard(store: Store, split: str, info: ShardInfo) -> memoryview:
+    """The bytes of one indexed shard (a view of the client's buffer: readers copy out only the samples),
+    checked against the size the index records."""
     where = f"{store.where}/{split}/{info.name}"
     try:
-        data, _ = store.get(f"{split}/{info.name}")
+        data = store.get_view(f"{split}/{info.name}")
     except KeyError:
         raise WorkbenchError(f"shard {where} is listed in the index but missing: re-run the ingest") from None
     if len(data) != info.bytes:
@@ -393,7 +394,7 @@ def _shown(name: object) -> str:
     return text if text.isprintable() else repr(text)
 
 
-def shard_items(data: bytes, where: str, label_type: str, spans: Sequence[SampleSpan] | None = None,
+def shard_items(data: bytes | memoryview, where: str, label_type: str, spans: Sequence[SampleSpan] | None = None,
                 base: int = 0) -> list[Item]:
     """Items of one shard's bytes, in the order they were written: sliced out by the index's `spans` when it
     has them (`data` holds the shard from byte `base`), else parsed from the tar."""
@@ -406,14 +407,14 @@ def shard_items(data: bytes, where: str, label_type: str, spans: Sequence[Sample
     return items
 
 
-def _sliced_item(data: bytes, span: SampleSpan, where: str, label_type: str, base: int) -> Item:
+def _sliced_item(data: bytes | memoryview, span: SampleSpan, where: str, label_type: str, base: int) -> Item:
     """`sample_item` of one sample, by slices: the common cases here, anything else through `sample_item` itself
     (same labels, same errors)."""
     image, uid = span.members[0], span.by_ext.get(ID_ENTRY)
     if uid is None or image.ext in META_ENTRIES:
         return sample_item(_entries(data, span, where, base), label_type)
     try:
-        key = data[uid.offset - base : uid.offset - base + uid.size].decode()
+        key = str(data[uid.offset - base : uid.offset - base + uid.size], "utf-8")
     except UnicodeDecodeError:
         return sample_item(_entries(data, span, where, base), label_type)
     label: int | bytes | None = None
@@ -423,7 +424,7 @@ def _sliced_item(data: bytes, span: SampleSpan, where: str, label_type: str, bas
     elif label_type == "blob":
         m = next((span.by_ext[e] for e in BLOB_LABEL_ENTRIES if e in span.by_ext and e != image.ext), None)
     if m is not None:
-        label = data[m.offset - base : m.offset - base + m.size]
+        label = bytes(data[m.offset - base : m.offset - base + m.size])
         if label_type == "int":
             try:
                 label = int(label)  # what entry_label does with the 'cls' bytes
@@ -431,14 +432,15 @@ def _sliced_item(data: bytes, span: SampleSpan, where: str, label_type: str, bas
                 m = None
     if m is None and label_type != "none":  # 'any', or a label missing or bad: the one rule decides, words the error
         return sample_item(_entries(data, span, where, base), label_type)
-    return Item(key, label, data[image.offset - base : image.offset - base + image.size])
+    # bytes() copies out of a view (a shard's buffer must not live on in the shuffle buffer); a bytes slice is a copy
+    return Item(key, label, bytes(data[image.offset - base : image.offset - base + image.size]))
 
 
-def _entries(data: bytes, span: SampleSpan, where: str, base: int) -> dict[str, Any]:
+def _entries(data: bytes | memoryview, span: SampleSpan, where: str, base: int) -> dict[str, Any]:
     """The webdataset-style dict of one sliced sample (``__key__``, ``__url__``, entries)."""
     entries: dict[str, Any] = {"__key__": span_key(data, span, base), "__url__": where}
     for m in span.members:
-        entries[m.ext] = data[m.offset - base : m.offset - base + m.size]
+        entries[m.ext] = bytes(data[m.offset - base : m.offset - base + m.size])
     return entries
 
 

@@ -23,6 +23,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from workbench import memory
 from workbench.config import Settings
 from workbench.data import Item
 from workbench.data.batch import Batch, batched
@@ -81,6 +82,7 @@ class Loader(ABC):
         raise WorkbenchError(f"loader '{cls.name}' has no raw ceiling: measure its backend with its own loader")
 
     def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1) -> None:
+        memory.apply(settings.malloc_tuning)  # once per process: big buffers reused, not faulted in afresh
         self.settings = settings
         self.config = config
         self.worker_id = worker_id

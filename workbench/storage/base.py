@@ -48,6 +48,11 @@ class Store(ABC):
     def get(self, key: str) -> tuple[bytes, dict[str, str]]:
         """(data, metadata) of `key`; KeyError when there is no such key."""
 
+    def get_view(self, key: str) -> memoryview:
+        """The bytes of `key` as a read-only view, without the copy into `bytes` where the client allows: for
+        readers that slice a big object (shards). KeyError when there is no such key."""
+        return memoryview(self.get(key)[0])
+
     @abstractmethod
     def get_range(self, key: str, start: int, end: int, etag: str | None = None) -> bytes:
         """Bytes [start, end) of `key`; with `etag`, refuse an object that changed since `head`."""

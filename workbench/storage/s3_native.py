@@ -173,6 +173,14 @@ class NativeS3Store(BotoS3Store):
         metadata = {k: str(v) for k, v in result.attributes.items() if k.lower() not in _STANDARD_ATTRIBUTES}
         return data, metadata
 
+    def get_view(self, key: str) -> memoryview:
+        if self._on_boto:
+            return super().get_view(key)
+        import obstore
+
+        with self.native_errors(f"reading {self.full(key)}", missing=key):
+            return memoryview(obstore.get(self.native, self.full(key)).bytes())  # the client's buffer: no copy
+
     def get_range(self, key: str, start: int, end: int, etag: str | None = None) -> bytes:
         if self._on_boto:
             return super().get_range(key, start, end, etag)

@@ -15,7 +15,16 @@ from hypothesis import strategies as st
 
 from workbench.data import Sample, ShardInfo, SyntheticSource, encode_multilabel, pack_shards, read_index, read_shard
 from workbench.data.sample import JPEG_MAGIC, PNG_MAGIC
-from workbench.data.shard_spans import BLOCK, Member, SampleSpan, member_layout, padded, row_to_span, rows_to_spans
+from workbench.data.shard_spans import (
+    BLOCK,
+    Member,
+    SampleSpan,
+    SpanTable,
+    member_layout,
+    padded,
+    row_to_span,
+    rows_to_spans,
+)
 from workbench.data.shards import SHARD_FIELDS, slice_shard, write_index
 from workbench.errors import WorkbenchError
 from workbench.layouts.shards import fetch_items, sample_item, sample_runs, shard_items
@@ -81,6 +90,42 @@ def test_rows_must_match_the_shard() -> None:
     for rows, samples in (([row], 2), ([row, row], 2), ({}, 1)):
         with pytest.raises(ValueError):
             rows_to_spans(rows, samples, 10240)
+
+
+def _rows(samples: int, exts: tuple[str, ...] = ("jpg", "cls", "uid")) -> list[list]:
+    rows, pos = [], 0
+    for i in range(samples):
+        sizes = [1000 + i, 1, 36][: len(exts)]
+        offsets, end = member_layout(pos, sizes)
+        rows.append([pos, 7 * i, *(x for e, o, z in zip(exts, offsets, sizes, strict=True) for x in (e, o, z))])
+        pos = end
+    return rows
+
+
+def test_a_shard_of_like_samples_is_held_as_integers_and_gives_the_same_spans() -> None:
+    rows = _rows(50)
+    spans = rows_to_spans(rows, 50, 10**6)
+    assert isinstance(spans, SpanTable) and len(spans) == 50
+    assert list(spans) == [row_to_span(r, 10**6) for r in rows] and spans == tuple(spans)
+    assert spans[-1] == spans[49] and spans[10:12] == [spans[10], spans[11]]
+    with pytest.raises(IndexError):
+        spans[50]
+    (jpg, uid), _ = member_layout(10**6, [1000, 36])  # one more sample, with other entries: objects, not a table
+    mixed = rows_to_spans([*rows, [10**6, 1, "jpg", jpg, 1000, "uid", uid, 36]], 51, 2 * 10**6)
+    assert not isinstance(mixed, SpanTable) and list(mixed[:50]) == list(spans)
+
+
+def test_an_index_of_20000_samples_stays_small_in_memory() -> None:
+    import tracemalloc
+
+    rows = _rows(20_000)
+    tracemalloc.start()
+    try:
+        spans = rows_to_spans(rows, 20_000, 10**10)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(spans) == 20_000 and held / 20_000 < 100  # bytes a sample (as SampleSpan objects: about 1,200)
 
 
 # ---------------------------------------------------------------------------------------- the index

@@ -56,7 +56,7 @@ class ShardInfo:
     first_key: str
     last_key: str
     # Where each sample lies in the shard (index version 2); None: unknown, readers parse the tar.
-    members: tuple[SampleSpan, ...] | None = None
+    members: Sequence[SampleSpan] | None = None
 
     def fields(self) -> dict[str, Any]:
         """The version-1 fields, as the index and the shard records store them."""

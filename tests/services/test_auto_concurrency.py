@@ -69,6 +69,9 @@ def test_bench_loaders_records_the_window_of_every_row(stack, tmp_path):
         (n, rtt) for n in ("s3-objects", "cassandra", "ceiling:s3-objects", "ceiling:cassandra") for rtt in (0.0, 50.0)}
     window = {(r["loader"], r["rtt_ms"]): r["window"] for r in rows}
     assert all(r["concurrency"] == "auto" and r["window"] >= 1 and r["window_history"] for r in rows)
+    # each loader's epochs in a process of its own, as each ceiling is a program of its own
+    assert {(r["loader"].startswith("ceiling:"), r["measured_in"]) for r in rows} == {
+        (False, "fresh process"), (True, "own program")}
     for loader in ("s3-objects", "cassandra"):
         assert window[(loader, 50.0)] > window[(loader, 0.0)], rows
         for rtt in (0.0, 50.0):  # a ceiling runs at the window its loaders ended with

@@ -120,6 +120,8 @@ def test_a_backend_and_loader_defined_here_run_through_ingest_bench_sweep_and_re
                              results_dir=tmp_path / "bench", items=True)
         assert {r["loader"] for r in rows} == {NAME, f"{NAME}[items]", f"ceiling:{NAME}"}
         assert all(r["samples_per_s"] > 0 for r in rows)
+        # registered here at run time: a fresh process would not know it, so it is measured in this one
+        assert {r["measured_in"] for r in rows} == {"bench process"}
         assert len({r["samples"] for r in rows if not r["loader"].startswith("ceiling:")}) == 1  # both paths: all
 
         cfg = load_sweep_config({

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 
 from workbench.adapters.torch import LoaderDataset, collate_raw, worker_context
 from workbench.backends.registry import make_backend
+from workbench.bench.loaders import fresh_process_epochs, loader_epochs
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
@@ -154,3 +155,13 @@ def test_blob_labels(settings, tmp_path):
 def test_invalid_config_fails_before_io(settings):
     with pytest.raises(WorkbenchError, match="shuffle_buffer"):
         make_loader("fs", settings, dataset="x", shuffle_buffer=-1)
+
+
+def test_bench_measures_a_loader_in_a_fresh_process_with_the_same_epochs(settings, source, dataset):
+    _, root, train = dataset
+    config = {"dataset": source.name, "root": str(root), "concurrency": 4}
+    (runs, cpu, windows), fresh = fresh_process_epochs("fs", settings, config, max_seconds=30, repeats=2)
+    here, _, _ = loader_epochs("fs", settings, config, max_seconds=30, repeats=1)
+    payload = sum(len(s.data) for s in train.values())
+    assert fresh and len(runs) == len(cpu) == 2 and all(r[1:] == (45, payload) for r in runs + here)
+    assert all(seconds > 0 for seconds, _, _ in runs) and isinstance(windows, list)

@@ -75,6 +75,6 @@ def describe_environment(settings=None) -> dict:
     if settings is not None:
         env["servers"] = server_versions(settings)
         env["tls"] = settings.tls
-        env["malloc"] = memory.describe()  # glibc thresholds: they move big-buffer readers' rates (workbench.memory)
+        env["malloc"] = memory.describe(settings.malloc_tuning)  # loaders' glibc thresholds (workbench.memory)
         env["worker_start"] = settings.worker_start  # how DataLoader workers started: it moves workers > 0 rates
     return env

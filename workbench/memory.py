@@ -11,7 +11,7 @@ threshold trims after every free), so both are set together. The price: up to TR
 heap stay mapped until the process ends.
 
 Applied once per process by the first loader (`apply`), unless ``WORKBENCH_MALLOC_TUNING=0``; elsewhere than
-glibc it does nothing. `describe` says what is in force, for the environment record.
+glibc it does nothing. `describe` says what loaders run with, for the environment record.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ TRIM_THRESHOLD = 256 << 20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # malloc.h
 
 _lock = threading.Lock()
-_state = {"applied": False, "tried": False, "why": "no loader built in this process yet"}
+_state = {"applied": False, "tried": False}
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -45,20 +45,19 @@ def apply(enabled: bool = True) -> bool:
     defaults: the first call decides for the whole process.
     """
     with _lock:
-        if _state["tried"]:
-            return _state["applied"]
-        _state["tried"] = True
-        libc = _glibc() if enabled else None
-        _state["why"] = ("WORKBENCH_MALLOC_TUNING=0" if not enabled else "not glibc" if libc is None
-                         else "mallopt refused")
-        if libc is not None:
-            _state["applied"] = bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
-                libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+        if not _state["tried"]:
+            _state["tried"] = True
+            libc = _glibc() if enabled else None
+            _state["applied"] = libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and \
+                bool(libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
         return _state["applied"]
 
 
-def describe() -> str:
-    """What this process's malloc runs with: for results' environment record."""
-    if _state["applied"]:
-        return f"glibc mmap_threshold={MMAP_THRESHOLD >> 20}MiB trim_threshold={TRIM_THRESHOLD >> 20}MiB"
-    return f"defaults ({_state['why']})"
+def describe(enabled: bool) -> str:
+    """What a loader's process runs with under `enabled` (settings.malloc_tuning): for the environment record,
+    which the process writing results (not always the one that read) makes."""
+    if not enabled:
+        return "glibc defaults (WORKBENCH_MALLOC_TUNING=0)"
+    if _glibc() is None:
+        return "defaults (not glibc)"
+    return f"glibc mmap_threshold={MMAP_THRESHOLD >> 20}MiB trim_threshold={TRIM_THRESHOLD >> 20}MiB"

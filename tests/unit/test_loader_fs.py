@@ -165,3 +165,12 @@ def test_bench_measures_a_loader_in_a_fresh_process_with_the_same_epochs(setting
     payload = sum(len(s.data) for s in train.values())
     assert fresh and len(runs) == len(cpu) == 2 and all(r[1:] == (45, payload) for r in runs + here)
     assert all(seconds > 0 for seconds, _, _ in runs) and isinstance(windows, list)
+
+
+def test_a_loader_error_in_the_fresh_process_is_raised_here_as_it_is(settings, source, tmp_path):
+    config = {"dataset": source.name, "root": str(tmp_path / "nowhere"), "concurrency": 4}
+    with pytest.raises(WorkbenchError) as here:
+        loader_epochs("fs", settings, config, max_seconds=30, repeats=1)
+    with pytest.raises(WorkbenchError) as fresh:
+        fresh_process_epochs("fs", settings, config, max_seconds=30, repeats=1)
+    assert str(fresh.value) == str(here.value) and "nowhere" in str(fresh.value)

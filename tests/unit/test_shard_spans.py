@@ -131,9 +131,16 @@ def test_an_index_of_20000_samples_stays_small_in_memory() -> None:
 # ---------------------------------------------------------------------------------------- the index
 
 
-@pytest.fixture(scope="module")
-def shards() -> list[tuple[ShardInfo, bytes]]:
-    return list(pack_shards(SyntheticSource(20, seed=3, mean_kb=4), maxcount=6))
+@pytest.fixture(scope="module", params=["packed", "indexed"])
+def shards(request) -> list[tuple[ShardInfo, bytes]]:
+    """Shards with their spans as the packer made them (SampleSpans), or as a reader has them from the index
+    (a SpanTable, which readers slice from its integers): every test below holds for both."""
+    packed = list(pack_shards(SyntheticSource(20, seed=3, mean_kb=4), maxcount=6))
+    if request.param == "packed":
+        return packed
+    indexed = [(read_index(write_index([info]))[0], data) for info, data in packed]
+    assert all(isinstance(info.members, SpanTable) for info, _ in indexed)
+    return indexed
 
 
 def test_index_v2_round_trip_and_readable_by_version_1_readers(shards) -> None:

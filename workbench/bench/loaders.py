@@ -16,8 +16,7 @@ import multiprocessing
 import statistics
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 from tqdm import tqdm
@@ -96,6 +95,19 @@ def loader_epochs(name: str, settings: Settings, config: dict, max_seconds: floa
     return [timed(run, cpu) for _ in range(repeats)], cpu, windows
 
 
+def _epochs_child(answer: Connection, args: tuple) -> None:
+    """`loader_epochs(*args)` in the spawned process: its result or its exception goes back through `answer`."""
+    try:
+        answer.send((True, loader_epochs(*args)))
+    except BaseException as exc:  # any failure is the parent's to raise, as one line if it cannot be pickled
+        try:
+            answer.send((False, exc))
+        except Exception:  # an exception that does not pickle
+            answer.send((False, WorkbenchError(f"{type(exc).__name__}: {exc}")))
+    finally:
+        answer.close()
+
+
 def fresh_process_epochs(name: str, settings: Settings, config: dict, max_seconds: float, repeats: int,
                          items: bool = False) -> tuple[Epochs, bool]:
     """`loader_epochs` in a fresh (spawned) process, and whether it ran in one.
@@ -104,19 +116,35 @@ def fresh_process_epochs(name: str, settings: Settings, config: dict, max_second
     clients' threads and caches and inherits their heap (fs: 0.49 of its ceiling after the other four
     backends' loaders, 0.79 alone); each ceiling runs as a program of its own. A loader registered at run
     time by the caller (not by a module of the package) is unknown to a fresh process: it runs in this one.
+    The loader's own errors are raised here as they are; a process that runs too long is killed, one that
+    dies without answering is named with its exit code.
     """
+    args = (name, settings, config, max_seconds, repeats, items)
     if not loader_class(name).__module__.startswith("workbench."):
-        return loader_epochs(name, settings, config, max_seconds, repeats, items), False
+        return loader_epochs(*args), False
     limit_s = repeats * (max_seconds + 10 * settings.timeout_s) + 120  # each epoch stops by max_seconds
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        future = pool.submit(loader_epochs, name, settings, config, max_seconds, repeats, items)
-        try:
-            return future.result(timeout=limit_s), True
-        except FutureTimeout:
-            for process in list(getattr(pool, "_processes", {}).values()):
-                process.kill()
+    context = multiprocessing.get_context("spawn")
+    receive, answer = context.Pipe(duplex=False)
+    process = context.Process(target=_epochs_child, args=(answer, args), name=f"bench-{name}", daemon=True)
+    process.start()
+    answer.close()  # the child holds the sending end now: its exit without an answer reads as EOF here
+    try:
+        if not receive.poll(limit_s):
             raise WorkbenchError(f"bench loaders: '{name}' ran over {limit_s:.0f}s for {repeats} epochs of "
-                                 f"{config['dataset']} and was stopped: fewer repeats or a smaller dataset") from None
+                                 f"{config['dataset']} and was stopped: fewer repeats or a smaller dataset")
+        ok, value = receive.recv()
+    except EOFError:
+        process.join(5)
+        raise WorkbenchError(f"bench loaders: the process measuring '{name}' exited (code {process.exitcode}) without "
+                             "a result (killed, or crashed in a native client): its output above says why") from None
+    finally:
+        receive.close()
+        if process.is_alive():
+            process.kill()
+        process.join(5)
+    if not ok:
+        raise value
+    return value, True
 
 
 def ceiling_of(backend: str, settings: Settings, config: dict) -> Callable[[], tuple[int, int]]:

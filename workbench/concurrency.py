@@ -121,9 +121,12 @@ class AutoWindow(PicklesWithoutLocks):
     requests do not queue (mean latency <= `latency_bound` x the base latency, the lowest interval mean
     seen: wider means proportionally faster, whatever the noise in the rate), or while a wider window
     raised the rate by more than `min_gain` with latency still below `max_queueing` x the base. After
-    `patience` intervals that do neither it settles on the narrowest depth that reached the best rate,
-    never below best rate x base latency (what the round trip alone requires). A settled window stays
-    for later epochs. Thread-safe; `clock` is injectable so the logic runs on simulated time.
+    `patience` intervals that do neither, a window whose requests queue (the ramp overshot: a local disk
+    or a busy client, where requests wait for the CPU, not the network) narrows by `growth` while the
+    rate stays within `min_gain` of the best and its requests still queue. It settles on the narrowest
+    depth that held the best rate, never below best rate x base latency (what the round trip alone
+    requires). A settled window stays for later epochs. Thread-safe; `clock` is injectable so the logic
+    runs on simulated time.
     """
 
     def __init__(self, start: int = AUTO_START, cap: int = AUTO_CAP, growth: float = 2.0, min_gain: float = 0.05,
@@ -147,6 +150,7 @@ class AutoWindow(PicklesWithoutLocks):
         self.base_latency_s = math.inf  # the lowest mean latency of an interval: the round trip plus service
         self._strikes = 0
         self.ramping = True  # sizing by Little's law each window's worth of completions (`_ramp`)
+        self.narrowing = False  # the rate held without the widest depth: trying narrower ones (`_narrow`)
         self._total: int | None = None
         self._submitted = 0
         self._finished = 0
@@ -212,12 +216,13 @@ class AutoWindow(PicklesWithoutLocks):
         A window's worth of completions arrives at the pace the server and client can go (`pace`, per
         second); the window alone would give depth / latency. Their ratio, the headroom, says how much
         wider the window should be: it widens by it (at most `ramp_factor` at once) while the headroom is
-        above `latency_bound` and latency has not risen that much above the base either.
+        above `latency_bound` and latency has not risen that much above the base either. A window of one
+        request (requests of many items) has no pace to measure: it widens by `growth`.
         """
         self.measured.append((self._depth, round(pace, 1), round(latency_s * 1000, 2)))
         self.base_latency_s = min(self.base_latency_s, latency_s)
         full = self._peak_outstanding >= self.min_fill * self._depth  # else the submitter limits, not the window
-        headroom = pace * latency_s / self._depth
+        headroom = pace * latency_s / self._depth if self._depth > 1 else self.growth  # one completion: no pace
         if full and headroom >= self.latency_bound and latency_s <= self.latency_bound * self.base_latency_s:
             wider = self._wider(remaining, min(headroom, self.ramp_factor))
             if wider > self._depth:
@@ -236,6 +241,9 @@ class AutoWindow(PicklesWithoutLocks):
         self.measured.append((self._depth, round(rate, 1), round(latency_s * 1000, 2)))
         self.base_latency_s = min(self.base_latency_s, latency_s)
         queueing = latency_s / self.base_latency_s if self.base_latency_s > 0 else math.inf
+        if self.narrowing:
+            self._narrow(rate, queueing)
+            return
         full = rate * latency_s >= self.min_fill * self._depth  # Little's law: what was really in flight
         gained = self.best_rate > 0 and rate > self.best_rate * (1 + self.min_gain)
         if rate > self.best_rate:
@@ -249,12 +257,36 @@ class AutoWindow(PicklesWithoutLocks):
                 self._settle()
             return
         self._strikes += 1
-        if self._strikes >= self.patience:
+        if self._strikes < self.patience:
+            return
+        if queueing > self.latency_bound and self._narrower() < self._depth:
+            self.narrowing, self.best_depth = True, self._depth  # the rate held here: no need to go back wider
+            self._set(self._narrower())
+            return
+        self._settle()
+
+    def _narrow(self, rate: float, queueing: float) -> None:
+        """One interval of a narrower window: keep it if it held the best rate (within `min_gain`), and go
+        narrower while its requests still queue; settle on the narrowest that held."""
+        if rate < self.best_rate * (1 - self.min_gain):
+            self._settle()  # on best_depth, the narrowest that held
+            return
+        self.best_depth = self._depth
+        if queueing > self.latency_bound and self._narrower() < self._depth:
+            self._set(self._narrower())
+        else:
             self._settle()
 
+    def _required(self) -> int:
+        """The depth the round trip alone requires at the best rate (Little's law)."""
+        return math.ceil(self.best_rate * self.base_latency_s) if math.isfinite(self.base_latency_s) else 1
+
+    def _narrower(self) -> int:
+        """The next depth down: this one / `growth`, never below what the round trip requires, nor 1."""
+        return max(1, self._required(), math.ceil(self._depth / self.growth))
+
     def _settle(self) -> None:
-        required = math.ceil(self.best_rate * self.base_latency_s) if math.isfinite(self.base_latency_s) else 1
-        self._set(max(self.best_depth, min(self.cap, required)))
+        self._set(max(self.best_depth, min(self.cap, self._required())))
         self.settled = True
 
     def _set(self, depth: int) -> None:

@@ -71,6 +71,22 @@ def test_it_stops_growing_when_the_rate_plateaus():
     assert window.best_rate == pytest.approx(1000, rel=0.1)
 
 
+def test_a_window_that_overshot_narrows_to_the_depth_that_holds_the_rate():
+    """10 ms round trip, 1,000/s server: 34 in flight only queue (Little's law asks for about 12.5); the
+    window steps back while the rate holds, and not below what the round trip requires."""
+    window = simulate(latency_s=0.010, service_s=0.001)
+    assert window.settled and max(window.history) > window.depth, window.history
+    assert 0.0125 * 1000 <= window.depth <= 2 * 0.0125 * 1000, window.measured
+
+
+def test_requests_of_many_items_on_a_busy_client_stay_narrow():
+    """A window of one 16-file request on a local disk: no pace to measure from one completion, so no jump
+    by the ramp factor; requests that only queue for the CPU settle at a few in flight."""
+    window = simulate(latency_s=0.0, service_s=0.0013, start=1, cap=16, requests=400)
+    assert window.history[:2] == [1, 2], window.history
+    assert window.settled and window.depth <= 3, window.measured
+
+
 def test_a_noisy_rate_does_not_widen_a_window_whose_requests_queue():
     """No network latency, a busy server with +-60 % noise: rates jump around, latencies say it is saturated."""
     for seed in range(5):

@@ -57,6 +57,20 @@ def test_one_epoch_is_exactly_the_split_byte_identical(settings, source, dataset
     assert {i.key for i in val} == {str(s.id) for s in source if s.split == "val"}
 
 
+def test_the_window_in_files_is_recorded_for_the_imagefolder_and_kept_across_epochs(settings, source, dataset):
+    layout, root, _ = dataset
+    with make_loader("fs", settings, dataset=source.name, root=root, files_per_request=4) as loader:
+        list(loader)
+        first = loader.window_history
+        loader.set_epoch(1)
+        list(loader)
+        if layout == "shards":  # a fixed number of shards at once: no window to record
+            assert first == loader.window_history == []
+            return
+        assert first[0] == 4 and all(depth % 4 == 0 for depth in first)  # requests of 4 files, counted in files
+        assert loader.window_history[: len(first)] == first  # the same window went on in epoch 1
+
+
 def test_root_comes_from_the_catalog(settings, source, dataset):
     _, _, train = dataset
     with make_loader("fs", settings, dataset=source.name) as loader:

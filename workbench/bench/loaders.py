@@ -75,7 +75,7 @@ def epoch_of(name: str, settings: Settings, config: dict, max_seconds: float,
                 nbytes += size
                 if time.perf_counter() > deadline:
                     break
-            if windows is not None and hasattr(loader, "window_history"):
+            if windows is not None and getattr(loader, "window_history", None):
                 windows.append(loader.window_history)
         return samples, nbytes, connecting
 

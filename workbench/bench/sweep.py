@@ -87,7 +87,7 @@ def _batches(point: SweepPoint, settings: Settings, config: dict,
                 for batch in loader.batches():
                     yield len(batch), batch.nbytes
             finally:
-                if windows is not None and hasattr(loader, "window_history"):
+                if windows is not None and getattr(loader, "window_history", None):
                     windows.append(loader.window_history)
         return
     from torch.utils.data import DataLoader

@@ -78,6 +78,16 @@ class FilesystemLoader(PicklesWithoutLocks, Loader):
         self._files: list[FileEntry] | None = None
         self._shards: list[ShardInfo] | None = None
         self._pool = LazyPool(self.config.concurrency, "fs-read", wait_on_close=True)
+        # imagefolder: requests of files_per_request files; kept across epochs, so a settled "auto" stays
+        self._window = make_window(self.config.concurrency, self.config.files_per_request)
+
+    @property
+    def window_history(self) -> list[int]:
+        """Files in flight, every depth the window took (recorded in results): its requests x files_per_request.
+        Empty for the shards layout, which reads a fixed number of shards at once (as s3-shards)."""
+        if self.layout == "shards":
+            return []
+        return [depth * self.config.files_per_request for depth in self._window.history]
 
     # ------------------------------------------------------------------------------- layout
 
@@ -148,7 +158,7 @@ class FilesystemLoader(PicklesWithoutLocks, Loader):
         step = c.files_per_request
         requests = [entries[i:i + step] for i in range(0, len(entries), step)]
         for _, items in in_flight(requests, lambda run: pool.submit(self._read_files, run),
-                                  make_window(c.concurrency, step), c.ordered):
+                                  self._window, c.ordered):
             yield from items
 
     def _read_files(self, entries: list[FileEntry]) -> list[Item]:
@@ -173,7 +183,7 @@ class FilesystemLoader(PicklesWithoutLocks, Loader):
                         count, len(shards), self.split_dir)
         mine = take_shard(epoch_order(shards, c.seed, epoch, c.shuffle), index, count)
         pool = self._pool.get()
-        depth = max(1, min(fixed_depth(c.concurrency), SHARDS_IN_FLIGHT))
+        depth = self._shards_in_flight()
         size = c.shuffle_buffer if c.shuffle else 0
         rng = random.Random(f"{c.seed}:{epoch}:{index}")
         start = self.resume_position(epoch)
@@ -186,6 +196,9 @@ class FilesystemLoader(PicklesWithoutLocks, Loader):
                                                 c.ordered)
                   for item in data)
         yield from shuffle_buffer(stream, size, rng)
+
+    def _shards_in_flight(self) -> int:
+        return max(1, min(fixed_depth(self.config.concurrency), SHARDS_IN_FLIGHT))
 
     def _shard_members(self, info: ShardInfo, members: list[int]) -> list[Item]:
         """The samples at positions `members` of one shard file (a resumed epoch)."""

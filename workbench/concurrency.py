@@ -260,7 +260,7 @@ class AutoWindow(PicklesWithoutLocks):
         if self._strikes < self.patience:
             return
         if queueing > self.latency_bound and self._narrower() < self._depth:
-            self.narrowing, self.best_depth = True, self._depth  # the rate held here: no need to go back wider
+            self.narrowing = True
             self._set(self._narrower())
             return
         self._settle()
@@ -269,9 +269,9 @@ class AutoWindow(PicklesWithoutLocks):
         """One interval of a narrower window: keep it if it held the best rate (within `min_gain`), and go
         narrower while its requests still queue; settle on the narrowest that held."""
         if rate < self.best_rate * (1 - self.min_gain):
-            self._settle()  # on best_depth, the narrowest that held
+            self._settle()  # on best_depth: where the best rate was, or the narrowest depth that held it
             return
-        self.best_depth = self._depth
+        self.best_depth = min(self.best_depth, self._depth)
         if queueing > self.latency_bound and self._narrower() < self._depth:
             self._set(self._narrower())
         else:

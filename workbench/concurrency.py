@@ -150,7 +150,7 @@ class AutoWindow(PicklesWithoutLocks):
         self.base_latency_s = math.inf  # the lowest mean latency of an interval: the round trip plus service
         self._strikes = 0
         self.ramping = True  # sizing by Little's law each window's worth of completions (`_ramp`)
-        self.narrowing = False  # the rate held without the widest depth: trying narrower ones (`_narrow`)
+        self.narrowing = False  # requests queued at the widest depth: trying narrower ones (`_narrow`)
         self._total: int | None = None
         self._submitted = 0
         self._finished = 0

@@ -134,7 +134,7 @@ def test_an_index_of_20000_samples_stays_small_in_memory() -> None:
 @pytest.fixture(scope="module", params=["packed", "indexed"])
 def shards(request) -> list[tuple[ShardInfo, bytes]]:
     """Shards with their spans as the packer made them (SampleSpans), or as a reader has them from the index
-    (a SpanTable, which readers slice from its integers): every test below holds for both."""
+    (a SpanTable of flat integers): every test below holds for both."""
     packed = list(pack_shards(SyntheticSource(20, seed=3, mean_kb=4), maxcount=6))
     if request.param == "packed":
         return packed

@@ -183,7 +183,7 @@ class FilesystemLoader(PicklesWithoutLocks, Loader):
                         count, len(shards), self.split_dir)
         mine = take_shard(epoch_order(shards, c.seed, epoch, c.shuffle), index, count)
         pool = self._pool.get()
-        depth = self._shards_in_flight()
+        depth = max(1, min(fixed_depth(c.concurrency), SHARDS_IN_FLIGHT))
         size = c.shuffle_buffer if c.shuffle else 0
         rng = random.Random(f"{c.seed}:{epoch}:{index}")
         start = self.resume_position(epoch)
@@ -196,9 +196,6 @@ class FilesystemLoader(PicklesWithoutLocks, Loader):
                                                 c.ordered)
                   for item in data)
         yield from shuffle_buffer(stream, size, rng)
-
-    def _shards_in_flight(self) -> int:
-        return max(1, min(fixed_depth(self.config.concurrency), SHARDS_IN_FLIGHT))
 
     def _shard_members(self, info: ShardInfo, members: list[int]) -> list[Item]:
         """The samples at positions `members` of one shard file (a resumed epoch)."""

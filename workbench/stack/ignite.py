@@ -343,9 +343,22 @@ class Ignite(Service):
         default login, which costs one refused handshake once the login has been retired.
         """
         pending = self.data_dir / BOOTSTRAP_PENDING
-        if pending.exists() or self.settings.stack != "local":
-            retire_default_login(self.settings)
+        # Done once the default login is retired, or refused while ours works. A fresh node can refuse the
+        # default login for a moment (seen once while a second node joined, the cluster still inactive): then
+        # the marker stays, and the next probe tries again.
+        due = pending.exists() or self.settings.stack != "local"
+        if due and (retire_default_login(self.settings) or self._logs_in()):
             pending.unlink(missing_ok=True)
+
+    def _logs_in(self) -> bool:
+        """Whether this node accepts the configured login."""
+        try:
+            with ignite_client(self.settings, node=self.node):
+                return True
+        except WorkbenchError as exc:
+            if "refused the login" in str(exc):
+                return False
+            raise
 
 
 def retire_default_login(settings: Settings) -> bool:

@@ -16,6 +16,7 @@ import copy
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,23 @@ def small_cnn(num_outputs: int):
         nn.Conv2d(64, 64, 3, stride=2, padding=1), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
         nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(64 * 16, num_outputs),
     )
+
+
+@contextmanager
+def seeded_weights(seed: int | None) -> Iterator[None]:
+    """Models built inside draw their initial weights from `seed` (None: from torch's global generator, as usual).
+
+    Why: with the same first weights, two runs differ only by what the loader delivers, and an accuracy check
+    does not hinge on a lucky start. Torch's global generator is left as it was.
+    """
+    import torch
+
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
 
 
 def build_classifier(arch: str, num_outputs: int):
@@ -500,6 +518,7 @@ def add_classifier_flags(parser: argparse.ArgumentParser, *, model_help: str = "
     parser.add_argument("--split", default="train")
     parser.add_argument("--val-split", default=None, help=val_split_help)
     parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--seed", type=int, default=0, help="the model's initial weights (default 0)")
 
 
 def blob_label_parser(prog: str, description: str, kind: str, num_classes_help: str,

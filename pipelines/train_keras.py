@@ -207,11 +207,13 @@ def _throughput_callback(warmup: int, batch_size: int):
 
 def train(source: str, dataset: str, settings=None, steps: int = 20, batch_size: int | None = None, *,
           model: str | None = None, size: int | None = None, num_classes: int = 1000, split: str = "train",
-          threads: int | None = None, warmup: int | None = None, lr: float = 0.01, ceiling: bool = True,
-          results_dir=None, val_split: str | None = None, **loader_config: Any) -> dict:
+          threads: int | None = None, warmup: int | None = None, lr: float = 0.01, seed: int | None = 0,
+          ceiling: bool = True, results_dir=None, val_split: str | None = None, **loader_config: Any) -> dict:
     """``model.fit`` for `steps` steps from `source`; returns the report row (images_per_s, ceiling, ratio, loss).
 
     With `val_split`, the model then classifies that split once, read the same way (``val_accuracy``).
+    `seed` fixes the initial weights, so that two runs differ only by what the loader delivers: Keras' own
+    `set_random_seed`, which also seeds Python's, NumPy's and TensorFlow's global generators (None: leaves them).
     """
     configure_threads(threads)
     import keras
@@ -228,6 +230,8 @@ def train(source: str, dataset: str, settings=None, steps: int = 20, batch_size:
     if gpu:
         keras.mixed_precision.set_global_policy("mixed_float16")
 
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
     net = compile_model(build_model(arch, size, num_classes), lr)
     twin = compile_model(keras.models.clone_model(net), lr)
     data = input_pipeline(source, dataset, settings, batch_size, size, split, **loader_config)
@@ -248,7 +252,7 @@ def train(source: str, dataset: str, settings=None, steps: int = 20, batch_size:
         top = ceiling_meter.meter.images_per_s
 
     config = {"source": source, "dataset": dataset, "split": split, "model": arch, "size": size,
-              "batch_size": batch_size, "steps": steps, "warmup": warmup, "gpu": gpu,
+              "batch_size": batch_size, "steps": steps, "warmup": warmup, "seed": seed, "gpu": gpu,
               "loader_config": public_config(loader_config)}
     extra = {"loss": round(loss, 4), "timed_images": meter.meter.images, "wall_seconds": round(wall, 2)}
     if val_split is not None:

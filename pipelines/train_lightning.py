@@ -54,6 +54,7 @@ from pipelines.common import (
     ratio_of,
     report,
     run_cli,
+    seeded_weights,
     settings_or_default,
 )
 
@@ -210,10 +211,11 @@ def _trainer(steps: int, device, callbacks: list, val_batches: int | float = 0) 
 def train(loader: str, dataset: str, settings=None, steps: int = 20, batch_size: int | None = None, *,
           model: str | None = None, size: int | None = None, num_classes: int = 1000, workers: int = 2,
           val_split: str | None = None, val_batches: int = 2, threads: int | None = None, device: str | None = None,
-          warmup: int | None = None, lr: float = 0.01, ceiling: bool = True, results_dir=None,
-          validate_all: bool = False, **loader_config: Any) -> dict:
+          warmup: int | None = None, lr: float = 0.01, seed: int | None = 0, ceiling: bool = True,
+          results_dir=None, validate_all: bool = False, **loader_config: Any) -> dict:
     """Fit the Lightning classifier `steps` steps (+ `val_batches` validation batches); returns the report row.
 
+    `seed`: the initial weights (`pipelines.common.seeded_weights`; every rank starts from the same ones).
     `validate_all`: afterwards ``Trainer.validate`` over the whole validation set; its ``val_acc`` and
     ``val_loss`` replace those of the last in-fit validation, and the row gets ``val_accuracy``,
     ``val_correct`` and ``val_samples`` (all ranks together; the accuracy tests use them).
@@ -227,7 +229,8 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, batch_size:
 
     data = LoaderDataModule(loader, dataset, settings, batch_size, size, workers, val_split=val_split,
                             **loader_config)
-    module = Classifier(arch, num_classes, lr, channels_last=cuda)
+    with seeded_weights(seed):
+        module = Classifier(arch, num_classes, lr, channels_last=cuda)
     twin = copy.deepcopy(module)  # the ceiling trains an untouched copy
     meter = ThroughputCallback(warmup, steps)
     started = time.perf_counter()
@@ -247,7 +250,8 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, batch_size:
 
     top = _ceiling(twin, steps, warmup, batch_size, size, num_classes, dev) if ceiling else math.nan
     config = {"loader": loader, "dataset": dataset, "decode": "torch", "model": arch, "size": size,
-              "batch_size": batch_size, "steps": trainer.global_step, "warmup": warmup, "device": str(dev),
+              "batch_size": batch_size, "steps": trainer.global_step, "warmup": warmup, "seed": seed,
+              "device": str(dev),
               "precision": trainer.precision, "workers": workers, "ranks": trainer.world_size,
               "val_split": val_split or "shard", "loader_config": public_config(loader_config)}
     extra = {"loss": round(loss, 4), **val, **accuracy, "timed_images": meter.meter.images,

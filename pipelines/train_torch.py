@@ -49,6 +49,7 @@ from pipelines.common import (
     report,
     run_cli,
     run_steps,
+    seeded_weights,
     set_cpu_threads,
     torch_loader_epochs,
 )
@@ -57,11 +58,17 @@ from workbench.errors import WorkbenchError
 DECODERS = ("torch", "dali")
 
 
-def make_step(arch: str, size: int, num_classes: int, device, amp: bool | None = None, lr: float = 0.01) -> TrainStep:
-    """The classifier, its optimiser and loss as one `TrainStep` (with the ceiling's batch maker)."""
+def make_step(arch: str, size: int, num_classes: int, device, amp: bool | None = None, lr: float = 0.01,
+              seed: int | None = 0) -> TrainStep:
+    """The classifier, its optimiser and loss as one `TrainStep` (with the ceiling's batch maker).
+
+    `seed`: the initial weights (`seeded_weights`).
+    """
     from torch import nn
 
-    return TrainStep(build_classifier(arch, num_classes), nn.CrossEntropyLoss(), device, lr=lr, amp=amp,
+    with seeded_weights(seed):
+        model = build_classifier(arch, num_classes)
+    return TrainStep(model, nn.CrossEntropyLoss(), device, lr=lr, amp=amp,
                      make_batch=classification_batch(size, num_classes, device))
 
 
@@ -130,7 +137,7 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
           batch_size: int | None = None, *, model: str | None = None, size: int | None = None,
           num_classes: int = 1000, workers: int = 2, device: str | None = None, amp: bool | None = None,
           threads: int | None = None, dali_threads: int = 2, fetch_workers: int = 0, warmup: int | None = None,
-          lr: float = 0.01, val_split: str | None = None,
+          lr: float = 0.01, seed: int | None = 0, val_split: str | None = None,
           wrap_batches: Callable[[Callable[[int], Iterable[tuple]]], Callable[[int], Iterable[tuple]]] | None = None,
           ceiling: bool = True, results_dir=None, quiet: bool = False, checkpoint_url: str | None = None,
           events_url: str | None = None, **loader_config: Any) -> dict:
@@ -142,6 +149,7 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
     With `val_split`, the trained model then classifies that split once, read and decoded the same way
     (``val_accuracy``, ``val_correct``, ``val_samples``); `wrap_batches` wraps the training batches (the
     accuracy tests' label scrambler, `pipelines.accuracy.scramble_labels`).
+    `seed`: the model's initial weights (see `make_step`; every rank starts from the same ones).
     `checkpoint_url`: where the trained state dict goes (``torch.save``); `events_url`: a directory for a
     TensorBoard event file of the run (rank 0 writes both; see `write_outputs`).
     Extra keyword arguments are loader settings (``concurrency``, ``split``, ``via_proxy``...).
@@ -169,7 +177,7 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
             import os
 
             dev = pick_device(f"cuda:{os.environ.get('LOCAL_RANK', '0')}")
-    step = make_step(arch, size, num_classes, dev, amp=amp, lr=lr)
+    step = make_step(arch, size, num_classes, dev, amp=amp, lr=lr, seed=seed)
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
@@ -214,8 +222,8 @@ def train(loader: str, dataset: str, settings=None, steps: int = 20, decode: str
 
         dist.destroy_process_group()
     config = {"loader": loader, "dataset": dataset, "decode": decode, "model": arch, "size": size,
-              "batch_size": batch_size, "steps": steps, "warmup": warmup, "device": str(dev), "amp": step.amp,
-              "workers": workers if decode == "torch" else fetch_workers, "ranks": world,
+              "batch_size": batch_size, "steps": steps, "warmup": warmup, "seed": seed, "device": str(dev),
+              "amp": step.amp, "workers": workers if decode == "torch" else fetch_workers, "ranks": world,
               "loader_config": {k: v for k, v in loader_config.items() if "password" not in k}}
     extra = {"loss": round(loss, 4), "timed_images": meter.images, "timed_seconds": round(meter.seconds, 3),
              "wall_seconds": round(wall, 2), **(val if val_split is not None else {}), **outputs}

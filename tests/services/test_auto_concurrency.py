@@ -78,3 +78,12 @@ def test_bench_loaders_records_the_window_of_every_row(stack, tmp_path):
             assert window[(f"ceiling:{loader}", rtt)] == window[(loader, rtt)]
     written = next(tmp_path.glob("loaders-*.csv")).read_text().splitlines()[0].split(",")
     assert "window" in written and "window_history" in written
+
+
+def test_a_shard_reader_records_its_shard_gets_and_its_ceiling_runs_at_them(stack, tmp_path):
+    """s3-shards keeps `parallel_shards` whole-shard GETs in flight (default 4): its rows record that window, and its
+    native ceiling under "auto" runs at the same 4 shard GETs, not at the 32 of a plain loop."""
+    rows = bench_loaders(stack, ["s3-shards"], count=400, mean_kb=8, concurrency="auto", rtts_ms=[0.0], repeats=1,
+                         results_dir=tmp_path)
+    window = {r["loader"]: (r["window"], r["window_history"]) for r in rows}
+    assert window == {"s3-shards": (4, "4"), "ceiling:s3-shards": (4, "4")}, rows

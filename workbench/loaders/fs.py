@@ -84,7 +84,7 @@ class FilesystemLoader(PicklesWithoutLocks, Loader):
     @property
     def window_history(self) -> list[int]:
         """Files in flight, every depth the window took (recorded in results): its requests x files_per_request.
-        Empty for the shards layout, which reads a fixed number of shards at once (as s3-shards)."""
+        Empty for the shards layout, which reads a fixed number of shards at once."""
         if self.layout == "shards":
             return []
         return [depth * self.config.files_per_request for depth in self._window.history]

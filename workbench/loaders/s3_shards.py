@@ -127,6 +127,12 @@ class S3ShardsLoader(S3StoreLoader):
     def requests_in_flight(self) -> int:
         return self.config.parallel_shards
 
+    @property
+    def window_history(self) -> list[int]:
+        """Shard GETs in flight (recorded in results): `parallel_shards`, fixed, since each GET brings a whole
+        shard. A ceiling under "auto" runs at this depth, the same number of shard GETs as the loader."""
+        return [self.config.parallel_shards]
+
     # ------------------------------------------------------------------------------------ index
 
     def shards(self) -> list[ShardInfo]:

@@ -217,12 +217,18 @@ class AutoWindow(PicklesWithoutLocks):
         second); the window alone would give depth / latency. Their ratio, the headroom, says how much
         wider the window should be: it widens by it (at most `ramp_factor` at once) while the headroom is
         above `latency_bound` and latency has not risen that much above the base either. A window of one
-        request (requests of many items) has no pace to measure: it widens by `growth`.
+        request (requests of many items, a local disk) has no pace in one completion: the ramp ends there, and
+        the timed intervals measure one request's rate and latency, the base a wider window must beat (on a
+        busy client a second reading thread only queues for the CPU: measured on fs, 16 files in flight read
+        13,000 files/s at 73 µs of CPU each, 64 files 9,300/s at 143 µs).
         """
         self.measured.append((self._depth, round(pace, 1), round(latency_s * 1000, 2)))
         self.base_latency_s = min(self.base_latency_s, latency_s)
+        if self._depth == 1:
+            self.ramping = False
+            return
         full = self._peak_outstanding >= self.min_fill * self._depth  # else the submitter limits, not the window
-        headroom = pace * latency_s / self._depth if self._depth > 1 else self.growth  # one completion: no pace
+        headroom = pace * latency_s / self._depth
         if full and headroom >= self.latency_bound and latency_s <= self.latency_bound * self.base_latency_s:
             wider = self._wider(remaining, min(headroom, self.ramp_factor))
             if wider > self._depth:

@@ -21,10 +21,12 @@ class Clock:
 
 
 def simulate(latency_s: float, service_s: float, requests: int = 5000, jitter: float = 0.0,
-             **options) -> AutoWindow:
+             contention: float = 0.0, **options) -> AutoWindow:
     """Drive an AutoWindow like `in_flight` does: one server (FIFO, `service_s` per request) behind `latency_s`.
 
     `jitter`: each service time is drawn uniformly within +-jitter of `service_s` (a shared, noisy CPU).
+    `contention`: each request in flight beyond the first adds this share to every service time (Python
+    threads that hand the GIL to each other: two readers are slower than one).
     """
     noise = random.Random(1)
     clock = Clock()
@@ -36,7 +38,7 @@ def simulate(latency_s: float, service_s: float, requests: int = 5000, jitter: f
     while submitted < requests or pending:
         while submitted < requests and len(pending) < window.depth:
             started = window.started()
-            served = service_s * (1 + noise.uniform(-jitter, jitter))
+            served = service_s * (1 + noise.uniform(-jitter, jitter)) * (1 + contention * len(pending))
             server_free = max(server_free, clock.now + latency_s / 2) + served  # queue at the server
             heapq.heappush(pending, (server_free + latency_s / 2, submitted, started))
             submitted += 1
@@ -85,6 +87,14 @@ def test_requests_of_many_items_on_a_busy_client_stay_narrow():
     window = simulate(latency_s=0.0, service_s=0.0013, start=1, cap=16, requests=400)
     assert window.history[:2] == [1, 2], window.history
     assert window.settled and window.depth <= 3, window.measured
+
+
+def test_a_reader_that_only_slows_down_when_widened_settles_at_one_request():
+    """One request measured over a timed interval, not one completion: the base latency and rate that a wider
+    window must beat. Two requests in flight each 30 % slower (GIL handoffs, as fs measured): back to one."""
+    window = simulate(latency_s=0.0, service_s=0.0013, start=1, cap=16, requests=1500, contention=0.3)
+    assert window.measured[1][0] == 1, window.measured  # an interval at one request, after the first completion
+    assert window.settled and window.depth == 1, window.measured
 
 
 def test_a_noisy_rate_does_not_widen_a_window_whose_requests_queue():

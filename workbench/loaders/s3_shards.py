@@ -36,7 +36,7 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import Field
 
 from workbench.backends import locate
-from workbench.concurrency import LazyPool, fixed_depth, in_flight
+from workbench.concurrency import FixedWindow, HasWindow, LazyPool, fixed_depth, in_flight
 from workbench.config import Settings
 from workbench.data import ShardInfo, read_shard
 from workbench.data.shards import slice_shard
@@ -89,7 +89,7 @@ class S3StoreLoader(Loader):
         """The most GETs this loader has in flight at once."""
 
 
-class S3ShardsLoader(S3StoreLoader):
+class S3ShardsLoader(HasWindow, S3StoreLoader):
     """Streams the split's tar shards from S3: shard-level split and order, sample-level shuffle buffer."""
 
     name = "s3-shards"
@@ -122,16 +122,13 @@ class S3ShardsLoader(S3StoreLoader):
         super().__init__(settings, config, worker_id, num_workers, store=store)
         self._index: list[ShardInfo] | None = None
         self._pool = LazyPool(self.config.parallel_shards, "s3-shard-get")
+        # shard GETs in flight, fixed since each brings a whole shard; recorded in results, so a native ceiling
+        # under "auto" runs the same number of shard GETs as the loader
+        self._window = FixedWindow(self.config.parallel_shards)
         self._warned = False
 
     def requests_in_flight(self) -> int:
         return self.config.parallel_shards
-
-    @property
-    def window_history(self) -> list[int]:
-        """Shard GETs in flight (recorded in results): `parallel_shards`, fixed, since each GET brings a whole
-        shard. A ceiling under "auto" runs at this depth, the same number of shard GETs as the loader."""
-        return [self.config.parallel_shards]
 
     # ------------------------------------------------------------------------------------ index
 
@@ -200,14 +197,14 @@ class S3ShardsLoader(S3StoreLoader):
         if start:  # resuming: skip the shards the buffer had emptied, GET only the members still to come
             resume = resume_shards([info.samples for info in mine], size, rng, start)
             wanted = in_flight(resume.plan, lambda p: pool.submit(self._fetch_members, mine[p[0]], p[1], fetch),
-                               self.config.parallel_shards)
+                               self._window)
             try:
                 yield from resume.items(got for _, got in wanted)
             finally:
                 wanted.close()
             return
-        fetched = in_flight(mine, lambda info: pool.submit(self.fetch_retrying, info, fetch),
-                            self.config.parallel_shards, ordered=self.config.ordered)
+        fetched = in_flight(mine, lambda info: pool.submit(self.fetch_retrying, info, fetch), self._window,
+                            ordered=self.config.ordered)
 
         def stream() -> Iterator[T]:
             for _, shard_samples in fetched:

@@ -328,13 +328,7 @@ class Ignite(Service):
     def _accepts_anonymous(self) -> bool:
         """True when a client without a login gets in (a node started without authentication)."""
         anonymous = self.settings.model_copy(update={"ignite_username": None, "ignite_password": None})
-        try:
-            with ignite_client(anonymous, node=self.node):
-                return True
-        except WorkbenchError as exc:
-            if "requires a login" in str(exc):
-                return False
-            raise
+        return self._connects(anonymous, refused="requires a login")
 
     def bootstrap(self) -> None:
         """Once per start of a node with authentication: `retire_default_login` (the marker says it is due).
@@ -352,11 +346,16 @@ class Ignite(Service):
 
     def _logs_in(self) -> bool:
         """Whether this node accepts the configured login."""
+        return self._connects(self.settings, refused="refused the login")
+
+    def _connects(self, settings: Settings, refused: str) -> bool:
+        """Whether a client with `settings` gets into this node: False when the error says `refused`; any other
+        failure is raised."""
         try:
-            with ignite_client(self.settings, node=self.node):
+            with ignite_client(settings, node=self.node):
                 return True
         except WorkbenchError as exc:
-            if "refused the login" in str(exc):
+            if refused in str(exc):
                 return False
             raise
 

@@ -1,6 +1,6 @@
 """`timed` leaves a run's connecting seconds out of its time, as the native ceilings do."""
 
-from workbench.bench import loaders
+from workbench.bench import loader_process as loaders
 
 
 def test_connecting_seconds_are_left_out(monkeypatch):

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from workbench.adapters.torch import LoaderDataset, collate_raw, worker_context
 from workbench.backends.registry import make_backend
-from workbench.bench.loaders import fresh_process_epochs, loader_epochs
+from workbench.bench.loader_process import fresh_process_epochs, loader_epochs
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
 from workbench.ingest import ingest

@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from workbench.backends import backend_class
-from workbench.bench.loaders import raw_ceiling_loader, timed
+from workbench.bench.loader_process import timed
+from workbench.bench.loaders import raw_ceiling_loader
 from workbench.bench.native_ceilings import cpu_columns, run_native_ceiling
 from workbench.bench.points import AXES, SweepPoint
 from workbench.concurrency import AUTO, REFERENCE_DEPTH

@@ -1,0 +1,197 @@
+"""A loader measured in a spawned process of its own, kept alive between its timed epochs.
+
+Why a process of its own: measured in the process that measured other loaders before, a loader shares the CPU
+with their clients' threads and caches and inherits their heap (fs: 0.49 of its ceiling after the other four
+backends' loaders, 0.79 alone); each native ceiling runs as a program of its own too. Why kept alive: `bench
+loaders` takes a loader's epochs one at a time, between its ceiling's runs (paired rounds), and a process
+started afresh for each epoch would time its imports and cold caches as well.
+
+A loader registered at run time by the caller (not by a module of the package) is unknown to a fresh process:
+it runs in this one. The loader's own errors are raised here as they are; an epoch that runs too long stops
+the process, and a process that dies without answering is named with its exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import time
+from collections.abc import Callable, Iterable
+from multiprocessing.connection import Connection
+
+from workbench.config import Settings
+from workbench.errors import WorkbenchError
+from workbench.loaders import loader_class, make_loader
+
+Run = tuple[float, int, int]  # seconds, samples, bytes
+Epoch = tuple[Run, float, list[int] | None]  # the run, its CPU seconds (all threads), the loader's window history
+Epochs = tuple[list[Run], list[float], list[list[int]]]  # timed runs, CPU seconds, window histories
+
+
+def timed(run: Callable[[], tuple[int, ...]], cpu: list[float] | None = None) -> Run:
+    """(seconds, samples, bytes); appends this process's CPU seconds (all its threads) to `cpu`.
+
+    `run` returns (samples, bytes), or (samples, bytes, seconds spent connecting), which are left out of the
+    time, as the native ceilings leave out theirs.
+    """
+    start, cpu_start = time.perf_counter(), time.process_time()
+    samples, nbytes, *connecting = run()
+    if cpu is not None:
+        cpu.append(time.process_time() - cpu_start)
+    return time.perf_counter() - start - sum(connecting), samples, nbytes
+
+
+ITEMS_SUFFIX = "[items]"  # a loader measured on its per-item path: `bench loaders --items`
+
+
+def epoch_of(name: str, settings: Settings, config: dict, max_seconds: float,
+             windows: list[list[int]] | None = None, items: bool = False) -> Callable[[], tuple[int, int, float]]:
+    """One epoch, or as much of it as `max_seconds` allows (slow strategies at high RTT): a steady rate.
+    The run returns (samples, bytes, seconds spent in `loader.connect()`), which `timed` leaves out.
+
+    Reads batches (`Loader.batches`), the path the adapters take, or with `items` one Item at a time (the
+    item API, and the hot path before batches). Appends the loader's window history (its last entry: the
+    depth in use at the end) to `windows`.
+    """
+
+    def run() -> tuple[int, int, float]:
+        samples = nbytes = 0
+        with make_loader(name, settings, **config) as loader:
+            start = time.perf_counter()
+            loader.connect()
+            connecting = time.perf_counter() - start
+            deadline = time.perf_counter() + max_seconds
+            chunks = ((1, len(item.data)) for item in loader) if items else \
+                ((len(batch), batch.nbytes) for batch in loader.batches())
+            for count, size in chunks:
+                samples += count
+                nbytes += size
+                if time.perf_counter() > deadline:
+                    break
+            if windows is not None and getattr(loader, "window_history", None):
+                windows.append(loader.window_history)
+        return samples, nbytes, connecting
+
+    return run
+
+
+class EpochRunner:
+    """Timed epochs of one loader in this process, one per call (`epoch`)."""
+
+    def __init__(self, name: str, settings: Settings, config: dict, max_seconds: float, items: bool = False) -> None:
+        self._windows: list[list[int]] = []
+        self._run = epoch_of(name, settings, config, max_seconds, self._windows, items=items)
+
+    def epoch(self) -> Epoch:
+        cpu: list[float] = []
+        self._windows.clear()
+        run = timed(self._run, cpu)
+        return run, cpu[0], self._windows[-1] if self._windows else None
+
+
+def _serve(conn: Connection, args: tuple) -> None:
+    """In the spawned process: one epoch each time the parent sends True, until it sends False or goes away.
+    A failure goes back as the exception itself (as one line if it cannot be pickled), and ends the process."""
+    try:
+        runner = EpochRunner(*args)
+        while conn.recv():
+            conn.send((True, runner.epoch()))
+    except EOFError:  # the parent went away
+        pass
+    except BaseException as exc:  # any failure is the parent's to raise
+        try:
+            conn.send((False, exc))
+        except Exception:  # an exception that does not pickle
+            conn.send((False, WorkbenchError(f"{type(exc).__name__}: {exc}")))
+    finally:
+        conn.close()
+
+
+class LoaderProcess:
+    """Timed epochs of loader `name` (`epoch_of`) in a spawned process of its own, one per `epoch()` call.
+    `fresh` says whether it runs in one (see the module docstring)."""
+
+    def __init__(self, name: str, settings: Settings, config: dict, max_seconds: float, items: bool = False) -> None:
+        self.name, self.dataset = name, config.get("dataset")
+        self.fresh = loader_class(name).__module__.startswith("workbench.")
+        self.limit_s = max_seconds + 10 * settings.timeout_s + 120  # an epoch stops by max_seconds
+        self._here: EpochRunner | None = None
+        self._conn: Connection | None = None
+        self._process: multiprocessing.process.BaseProcess | None = None
+        if not self.fresh:
+            self._here = EpochRunner(name, settings, config, max_seconds, items)
+            return
+        context = multiprocessing.get_context("spawn")
+        self._conn, theirs = context.Pipe()
+        self._process = context.Process(target=_serve, args=(theirs, (name, settings, config, max_seconds, items)),
+                                        name=f"bench-{name}", daemon=True)
+        self._process.start()
+        theirs.close()  # the child holds its end now: its exit without an answer reads as EOF here
+
+    def epoch(self) -> Epoch:
+        """One more timed epoch: (seconds, samples, bytes), its CPU seconds, the loader's window history."""
+        if self._here is not None:
+            return self._here.epoch()
+        assert self._conn is not None and self._process is not None
+        try:
+            self._conn.send(True)
+            if not self._conn.poll(self.limit_s):
+                self.close()
+                raise WorkbenchError(f"bench loaders: an epoch of '{self.name}' on {self.dataset} ran over "
+                                     f"{self.limit_s:.0f}s and was stopped: a smaller dataset or fewer seconds")
+            ok, value = self._conn.recv()
+        except (EOFError, BrokenPipeError):
+            self._process.join(5)
+            raise WorkbenchError(f"bench loaders: the process measuring '{self.name}' exited (code "
+                                 f"{self._process.exitcode}) without a result (killed, or crashed in a native "
+                                 "client): its output above says why") from None
+        if not ok:
+            self.close()
+            raise value
+        return value
+
+    def close(self) -> None:
+        """Stop the process (it ends its loop on False; one that does not is killed)."""
+        if self._process is None or self._conn is None:
+            return
+        with contextlib.suppress(BrokenPipeError, OSError):  # gone already
+            self._conn.send(False)
+        self._process.join(5)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(5)
+        self._conn.close()
+        self._process = self._conn = None
+
+    def __enter__(self) -> LoaderProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def loader_epochs(name: str, settings: Settings, config: dict, max_seconds: float, repeats: int,
+                  items: bool = False) -> Epochs:
+    """`repeats` timed epochs of loader `name` in this process: their (seconds, samples, bytes), CPU seconds and
+    window histories."""
+    return _gather(EpochRunner(name, settings, config, max_seconds, items).epoch() for _ in range(repeats))
+
+
+def fresh_process_epochs(name: str, settings: Settings, config: dict, max_seconds: float, repeats: int,
+                         items: bool = False) -> tuple[Epochs, bool]:
+    """`repeats` timed epochs of loader `name` in one `LoaderProcess`, and whether it was a fresh process."""
+    with LoaderProcess(name, settings, config, max_seconds, items) as process:
+        return _gather(process.epoch() for _ in range(repeats)), process.fresh
+
+
+def _gather(epochs: Iterable[Epoch]) -> Epochs:
+    """Epochs as three lists, as `bench_backend` keeps them (window histories only where the loader has one)."""
+    runs: list[Run] = []
+    cpu: list[float] = []
+    windows: list[list[int]] = []
+    for run, seconds, window in epochs:
+        runs.append(run)
+        cpu.append(seconds)
+        if window:
+            windows.append(window)
+    return runs, cpu, windows

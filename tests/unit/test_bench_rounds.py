@@ -5,9 +5,14 @@ The loader processes and the ceiling program are stand-ins that log their calls:
 of the runs and the arithmetic of the rows (the real processes and programs: tests/services/test_auto_concurrency).
 """
 
+import os
+
+import pytest
 from tqdm import tqdm
 
 from workbench.bench import loaders as bench
+from workbench.bench.loader_process import LoaderProcess
+from workbench.errors import WorkbenchError
 
 
 class StandInProcess:
@@ -64,3 +69,19 @@ def test_a_fixed_concurrency_is_the_ceilings_whatever_the_loaders_ended_with(mon
     log, rows = measure(monkeypatch, settings, 16, [100, 100], [100, 100], window=(16,))
     assert [entry for entry in log if isinstance(entry, tuple)] == [("ceiling", 16)] * 2
     assert rows["ceiling:s3-objects"]["window"] == 16
+
+
+class ExitsWhenUnpickled:
+    """An argument that ends the spawned process (exit code 3) while it unpickles its arguments."""
+
+    def __reduce__(self):
+        return os._exit, (3,)
+
+
+def test_a_loader_process_that_dies_is_named_with_its_exit_code(settings):
+    process = LoaderProcess("fs", settings, {"dataset": "x", "dies": ExitsWhenUnpickled()}, 5.0)
+    try:
+        with pytest.raises(WorkbenchError, match=r"'fs' exited \(code 3\) without a result"):
+            process.epoch()
+    finally:
+        process.close()

@@ -79,6 +79,7 @@ class EpochRunner:
     """Timed epochs of one loader in this process, one per call (`epoch`)."""
 
     def __init__(self, name: str, settings: Settings, config: dict, max_seconds: float, items: bool = False) -> None:
+        loader_class(name)  # imports the loader's module now: the first timed epoch does not pay for it
         self._windows: list[list[int]] = []
         self._run = epoch_of(name, settings, config, max_seconds, self._windows, items=items)
 
@@ -140,7 +141,7 @@ class LoaderProcess:
                 raise WorkbenchError(f"bench loaders: an epoch of '{self.name}' on {self.dataset} ran over "
                                      f"{self.limit_s:.0f}s and was stopped: a smaller dataset or fewer seconds")
             ok, value = self._conn.recv()
-        except (EOFError, BrokenPipeError):
+        except (EOFError, OSError):  # the pipe closed or reset: the process is gone
             self._process.join(5)
             raise WorkbenchError(f"bench loaders: the process measuring '{self.name}' exited (code "
                                  f"{self._process.exitcode}) without a result (killed, or crashed in a native "

@@ -175,7 +175,8 @@ def loader_epochs(name: str, settings: Settings, config: dict, max_seconds: floa
                   items: bool = False) -> Epochs:
     """`repeats` timed epochs of loader `name` in this process: their (seconds, samples, bytes), CPU seconds and
     window histories."""
-    return _gather(EpochRunner(name, settings, config, max_seconds, items).epoch() for _ in range(repeats))
+    runner = EpochRunner(name, settings, config, max_seconds, items)
+    return _gather(runner.epoch() for _ in range(repeats))
 
 
 def fresh_process_epochs(name: str, settings: Settings, config: dict, max_seconds: float, repeats: int,
@@ -186,7 +187,7 @@ def fresh_process_epochs(name: str, settings: Settings, config: dict, max_second
 
 
 def _gather(epochs: Iterable[Epoch]) -> Epochs:
-    """Epochs as three lists, as `bench_backend` keeps them (window histories only where the loader has one)."""
+    """Epochs as three lists: runs, CPU seconds, window histories (only where the loader has one)."""
     runs: list[Run] = []
     cpu: list[float] = []
     windows: list[list[int]] = []

@@ -131,7 +131,8 @@ def bench_backend(settings: Settings, backend: str, names: list[str], dataset: s
     ceiling = f"ceiling:{backend}"
     runs: dict[str, list[Run]] = {name: [] for name in [*names, ceiling]}
     cpu: dict[str, list[float]] = {name: [] for name in [*names, ceiling]}
-    windows: dict[str, list[int]] = {ceiling: []}
+    windows: dict[str, list[int]] = {}  # each loader's window history, from its latest epoch
+    depths: list[int] = []  # the ceiling's depth in each round
     processes = {name: LoaderProcess(name.removesuffix(ITEMS_SUFFIX), settings, config, max_seconds,
                                      items=name.endswith(ITEMS_SUFFIX)) for name in names}
     try:
@@ -144,8 +145,8 @@ def bench_backend(settings: Settings, backend: str, names: list[str], dataset: s
                     windows[name] = window
                 progress.update()
             depth = concurrency if concurrency != AUTO else \
-                max((w[-1] for name, w in windows.items() if name != ceiling), default=REFERENCE_DEPTH)
-            windows[ceiling].append(depth)
+                max((w[-1] for w in windows.values()), default=REFERENCE_DEPTH)
+            depths.append(depth)
             at = {**config, "concurrency": depth}
             runs[ceiling].append(native_ceiling_run(settings, backend, at, cpu[ceiling]) if native
                                  else timed(ceiling_of(backend, settings, at), cpu[ceiling]))
@@ -158,11 +159,12 @@ def bench_backend(settings: Settings, backend: str, names: list[str], dataset: s
     for name, results in runs.items():
         rates = [s / t for t, s, _ in results]
         ratios = [rate / best for rate, best in zip(rates, top, strict=True)]
-        window = windows.get(name)
         if name == ceiling:
+            window = depths
             program = program_name(backend) if native else f"python/{raw_ceiling_loader(backend)}.raw_ceiling"
             measured_in = "own program" if native else "bench process"
         else:
+            window = windows.get(name, [])
             program, measured_in = None, "fresh process" if processes[name].fresh else "bench process"
         rows.append({
             "loader": name, "backend": backend, "dataset": dataset, "concurrency": concurrency,

@@ -16,7 +16,7 @@ import pandas as pd
 COUNT, MEAN_KB, BATCH = 2000, 110.0, 32
 SERVICE = {"s3-objects": 600.0, "cassandra": 800.0, "s3-shards": 3000.0, "fs": 5000.0}  # samples/s at 0 ms
 BACKEND = {"s3-objects": "s3-objects", "cassandra": "cassandra", "s3-shards": "s3-shards", "fs": "fs"}
-SHARD_SAMPLES = 50  # s3-shards maxcount; 4 shard GETs in flight (its parallel_shards default)
+SHARD_SAMPLES = 50  # s3-shards maxcount; 4 shard GETs in flight (where its "auto" window starts)
 TOPOLOGY = {"topology_cassandra_nodes": 1, "topology_s3_nodes": 1, "topology_client_ranks": 1}
 ENVIRONMENT = {"cpu": "Synthetic CPU", "cpu_count": 2, "gpus": [], "git_commit": "abc1234"}
 

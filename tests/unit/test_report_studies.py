@@ -50,10 +50,10 @@ def _table(page: str, title: str) -> list[list[str]]:
     ({"loader": "cassandra", "concurrency": 8, "workers": 2}, 16, 1),  # each DataLoader worker has its own window
     ({"loader": "s3-naive", "concurrency": 32}, 1, 1),  # one GET at a time, whatever the sweep's concurrency
     ({"loader": "ignite", "concurrency": 4}, 4, 64),  # get_all of get_batch (its default) keys
-    ({"loader": "s3-shards", "concurrency": 128, "shard_maxcount": 50, "shard_maxsize": 1e8, "data_mean_kb": 110},
-     4, 50),  # parallel_shards whole shards, not `concurrency`
-    ({"loader": "s3-shards", "concurrency": 8, "shard_maxcount": 2000, "shard_maxsize": 1e8, "data_mean_kb": 110},
-     4, 1e8 // (110 * 1024 + little.SHARD_ENTRY_OVERHEAD)),  # maxsize closes the shard before maxcount
+    ({"loader": "s3-shards", "concurrency": 128, "parallel_shards": 4, "shard_maxcount": 50, "shard_maxsize": 1e8,
+      "data_mean_kb": 110}, 4, 50),  # parallel_shards whole shards, not `concurrency`
+    ({"loader": "s3-shards", "concurrency": 8, "parallel_shards": 4, "shard_maxcount": 2000, "shard_maxsize": 1e8,
+      "data_mean_kb": 110}, 4, 1e8 // (110 * 1024 + little.SHARD_ENTRY_OVERHEAD)),  # maxsize closes it before maxcount
     ({"loader": "webdataset", "shard_maxcount": 20, "data_count": 10}, 1, 10),  # a dataset smaller than a shard
 ])
 def test_littles_law_bound_per_loader(row, in_flight, per_request):
@@ -63,6 +63,7 @@ def test_littles_law_bound_per_loader(row, in_flight, per_request):
 
 
 @pytest.mark.parametrize("row", [{"loader": "s3-objects", "concurrency": "auto"}, {"loader": "fs", "concurrency": 8},
+                                 {"loader": "s3-shards", "concurrency": 8, "shard_maxcount": 50},  # its own auto
                                  {"loader": "mosaic-streaming"}, {"loader": "no-such-loader", "concurrency": 8}])
 def test_no_bound_where_the_window_is_not_ours_or_not_set(row):
     assert little.bound(row) is None
@@ -74,7 +75,7 @@ def test_latency_plot_draws_a_bound_per_concurrency_and_says_what_a_request_is(l
     for concurrency in (8, 32, 128):
         assert f"{concurrency} in flight x 1 sample(s) per request (s3-objects [conc={concurrency}]): " \
                f"{concurrency} samples / RTT" in note
-    assert "4 in flight x 50 sample(s) per request (s3-shards [conc=8], s3-shards [conc=32]" in note
+    assert "(s3-shards [conc" not in note  # its parallel_shards is "auto": a measured window, no bound to draw
     assert "s3-shards: one GET of a whole shard (the sweep's concurrency does not apply), `parallel_shards` in " \
            "flight" in note
     assert "fs: no bound (reads local files" in note

@@ -4,9 +4,9 @@ A reader with W requests in flight, each carrying k samples and taking at least 
 W·k / RTT samples/s (throughput = requests in flight / time per request). The bound is honest only if W and k
 are what the loader really does, so both come from here, per loader, and the plot's note says them in words:
 the sweep's `concurrency` is not the window of every loader (s3-shards keeps `parallel_shards` shard GETs in
-flight, webdataset one stream per reader, s3-naive one GET at a time), and one request is one sample for the
-object loaders but a whole shard, or a get_all of several keys, for others. Each DataLoader worker has its own
-loader, so its own window.
+flight, "auto" by default, webdataset one stream per reader, s3-naive one GET at a time), and one request is one
+sample for the object loaders but a whole shard, or a get_all of several keys, for others. Each DataLoader worker
+has its own loader, so its own window.
 """
 
 from __future__ import annotations
@@ -100,8 +100,8 @@ def bound(row: Any) -> Bound | None:
         return None
     if model.window == "concurrency":
         window = _number(row.get("concurrency"))  # None for "auto": its window is measured, not set
-    elif isinstance(model.window, str):
-        window = _number(config_default(str(row["loader"]), model.window))
+    elif isinstance(model.window, str):  # the row's own setting, else the default; None for "auto" (measured)
+        window = _number(row.get(model.window)) or _number(config_default(str(row["loader"]), model.window))
     else:
         window = float(model.window)
     if model.per_request == "sample":

@@ -80,9 +80,12 @@ def shard_window(parallel_shards: int | Literal["auto"], shards: Sequence[ShardI
     what `READ_BUDGET`, shared by the process's `readers` (DataLoader workers), holds of the largest shard.
 
     Why a byte budget: a shard in flight is held whole in memory (twice while the client joins its chunks), and
-    shards run from a few MB to GBs. A wider window hides a longer round trip (measured here, 50 ms RTT, 11 MB
-    shards: 4 GETs 2,395 samples/s, 8 GETs 3,042), but 23 of them (a 256 MiB budget) doubled peak RSS. Never
-    below AUTO_START, the fixed default before "auto": shards too big for the budget keep 4 in flight as before.
+    shards run from a few MB to GBs. A wider window hides a longer round trip (measured here, 50 ms RTT, 12 MB
+    shards: 4 GETs 2,395-2,761 samples/s, 8 GETs 3,042-3,248), but up to 23 of them (a 256 MiB budget) took peak
+    RSS from 300-390 MB to 450-870. Never below AUTO_START, the fixed default before "auto": shards too big for
+    the budget keep 4 in flight as before. No ramp (`ramp_factor` 1): GETs that share the bandwidth finish
+    together, which the ramp reads as headroom (it opened 4 -> 15 at 0 ms); the timed intervals widen the window
+    only while the GETs' latency does not rise with it.
     """
     if parallel_shards != AUTO:
         return FixedWindow(int(parallel_shards))

@@ -47,7 +47,7 @@ class Planning:
     ceiling_samples_per_s: float = 650.0  # a native ceiling's rate, the same
     decode_samples_per_s: float = 200.0  # JPEG decode + resize to 224 per loading process (430 per CPU second)
     auto_depth: int = 64  # the window "auto" is taken to open
-    shards_in_flight: int = 4  # shard GETs a sharded loader keeps in flight (each brings maxcount samples)
+    shards_in_flight: int = 4  # shard GETs a sharded loader keeps in flight, where "auto" starts (maxcount each)
     epoch_overhead_s: float = 1.0  # building and closing a loader, connecting
     round_trips_to_start: int = 10  # round trips before the first batch (connect, login, listing)
     worker_start_s: float = 4.0  # DataLoader worker processes, per epoch (2-6 s measured under load)

@@ -48,6 +48,7 @@ from workbench.concurrency import (
     Window,
     fixed_depth,
     in_flight,
+    make_window,
 )
 from workbench.config import Settings
 from workbench.data import ShardInfo, read_shard
@@ -88,7 +89,7 @@ def shard_window(parallel_shards: int | Literal["auto"], shards: Sequence[ShardI
     only while the GETs' latency does not rise with it.
     """
     if parallel_shards != AUTO:
-        return FixedWindow(int(parallel_shards))
+        return make_window(parallel_shards)
     largest = max((info.bytes for info in shards), default=1)
     cap = min(MAX_PARALLEL_SHARDS, max(AUTO_START, READ_BUDGET // max(1, readers) // max(1, largest)))
     return AutoWindow(start=AUTO_START, cap=cap, ramp_factor=1.0)

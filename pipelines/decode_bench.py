@@ -122,6 +122,10 @@ def bench(loader_name: str, dataset: str, decode: str = "mixed", epochs: int = 3
             print(f"{loader_name}{' (native)' if native else ''} decode={decode} epoch {epoch}: {images} images "
                   f"in {seconds:.2f} s = {images / seconds:.0f} images/s", flush=True)
         batch_size = loader.config.batch_size
+        history = [] if fetch_workers else getattr(loader, "window_history", [])  # workers' windows stay there
+        if history:
+            print(f"{loader_name} window {' '.join(map(str, history))}; intervals (depth, samples/s, ms): "
+                  f"{getattr(loader, 'window_intervals', [])}", flush=True)
         loader_config = {k: v for k, v in loader.config.model_dump().items() if "pass" not in k}
     if len(set(counts)) != 1:
         raise WorkbenchError(f"epochs delivered different counts {counts}: a loader lost or repeated samples")
@@ -129,7 +133,8 @@ def bench(loader_name: str, dataset: str, decode: str = "mixed", epochs: int = 3
             "native": native, "fetch_workers": fetch_workers,
             "worker_start": settings.worker_start if fetch_workers else None, "tls": settings.tls, "dataset": dataset,
             "decode": decode, "size": size, "dali_threads": threads,
-            "batch_size": batch_size, "epochs": epochs, "images_per_epoch": counts[0],
+            "batch_size": batch_size, "window": history[-1] if history else None,
+            "window_history": " ".join(map(str, history)), "epochs": epochs, "images_per_epoch": counts[0],
             "images_per_s_median": round(statistics.median(rates), 1), "images_per_s_min": round(min(rates), 1),
             "images_per_s_max": round(max(rates), 1), "loader_config": {k: str(v) for k, v in loader_config.items()},
             "environment": describe_environment(settings)}

@@ -73,6 +73,9 @@ class Window(Protocol):
     @property
     def history(self) -> list[int]: ...
 
+    @property
+    def measured(self) -> list[tuple[int, float, float]]: ...
+
     def begin(self, total: int | None) -> None: ...
 
     def started(self) -> float: ...
@@ -95,6 +98,10 @@ class FixedWindow:
     @property
     def history(self) -> list[int]:
         return [self._depth]
+
+    @property
+    def measured(self) -> list[tuple[int, float, float]]:
+        return []  # nothing is measured: the depth is given
 
     def begin(self, total: int | None) -> None:
         pass
@@ -352,6 +359,11 @@ class HasWindow:
     @property
     def window_history(self) -> list[int]:
         return self._window.history
+
+    @property
+    def window_intervals(self) -> list[tuple[int, float, float]]:
+        """What an "auto" window decided on: (depth, completions/s, mean latency ms) per interval."""
+        return self._window.measured
 
 
 # ------------------------------------------------------------------------------------------ in flight

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# What produced results/gpu/: the GPU paths measured on a lent NVIDIA H100 machine.
+# What produced results/gpu/: the GPU paths measured on lent NVIDIA H100 machines.
 #
 # That machine reaches no package registry, so everything it needs travels with the repo as a payload
-# built here (see `payload` below): the wheels the image lacks (DALI 2.1 for CUDA 13 with nvImageCodec
-# and nvJPEG, the cassandra-dali-plugin 1.3.2 wheel for CPython 3.12 / glibc 2.39, the driver, boto3,
-# pydantic...), a jlink'd Java 17 runtime, the Cassandra 5.0.6 jars and the toxiproxy binary.
-# Cassandra runs on the GPU machine itself (real server, loopback), so both readers see the same table.
+# built here (see `payload` below): the Python packages the image lacks, installed here into a
+# `--target` folder for CPython 3.12 (DALI 2.1 for CUDA 13 with nvImageCodec and nvJPEG, the
+# cassandra-dali-plugin 1.3.2 for glibc 2.39, acsylla and the Python driver, pydantic...), a jlink'd
+# Java 17 runtime and the Cassandra 5.0.6 jars, in one xz tarball split into parts small enough for one
+# device call each (a call carries at most 64 MiB with the repo).
+# Cassandra runs on the GPU machine itself (real server, loopback), so every reader sees the same table.
 #
-#   bash results/gpu/run.sh payload            # here: build .gpu/stage/payload.tar
+#   bash results/gpu/run.sh payload            # here: build .gpu/stage/, split into .gpu/part-N/
+#   (one device call per part: copy .gpu/part-N/* to /tmp/parts while the machine stays warm)
+#   bash results/gpu/run.sh unpack setup native   # there: unpack, start Cassandra, ingest, issue 13's bench
+#
+# Earlier runs (results of 2026-11-22, before the native driver) used the stages below as well:
 #   bash results/gpu/run.sh setup decode       # there: install, start Cassandra, ingest, decode benches
 #   bash results/gpu/run.sh train sweep        # there: ResNet-50 training fed from Cassandra; RTT sweep
 #   bash results/gpu/run.sh setup workers      # there (a second machine): our loader in worker processes
@@ -24,7 +30,7 @@ mkdir -p "$OUT"
 environment() {
   export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
   local nv=/tmp/site/nvidia
-  export LD_LIBRARY_PATH=$nv/nvjpeg/lib:$nv/nvimgcodec:${LD_LIBRARY_PATH:-}
+  export LD_LIBRARY_PATH=$nv/cu13/lib:$nv/nvjpeg/lib:$nv/nvimgcodec:${LD_LIBRARY_PATH:-}
   export PATH=$PAYLOAD/jre/bin:$PATH
   export WORKBENCH_CACHE_DIR=$PAYLOAD/cache WORKBENCH_STATE_DIR=/tmp/stack WORKBENCH_TIMEOUT_S=30
   # a throwaway single-use node on loopback: no login (the security tests cover auth and TLS)
@@ -38,22 +44,44 @@ PLUGIN_LOGIN="-o username=reader -o password=unused"
 wb() { python3 -m workbench.cli "$@"; }
 
 stage_payload() {
-  local stage=.gpu/stage
+  local stage=.gpu/stage platforms=""
+  for p in 39 34 28 27 24 17; do platforms="$platforms --platform manylinux_2_${p}_x86_64"; done
   mkdir -p $stage/whl $stage/cache
-  cp -a ~/.cache/workbench/cassandra-5.0.6 ~/.cache/workbench/toxiproxy-2.12.0 $stage/cache/
+  cp -a ~/.cache/workbench/cassandra-5.0.6 $stage/cache/
+  rm -f $stage/cache/cassandra-5.0.6/lib/*osx*
   [ -d $stage/jre ] || jlink --add-modules java.base,java.compiler,java.datatransfer,java.desktop,java.instrument,\
 java.logging,java.management,java.management.rmi,java.naming,java.net.http,java.prefs,java.rmi,java.scripting,\
 java.security.jgss,java.security.sasl,java.sql,java.transaction.xa,java.xml,jdk.attach,jdk.crypto.ec,\
 jdk.internal.jvmstat,jdk.management,jdk.management.agent,jdk.naming.dns,jdk.net,jdk.unsupported,jdk.zipfs \
     --strip-debug --no-header-files --no-man-pages --compress=2 --output $stage/jre
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_39_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d $stage/whl \
+    $platforms --platform manylinux2014_x86_64 -d $stage/whl \
     nvidia-dali-cuda130==2.1.0 "nvidia-nvimgcodec-cu13>=0.7,<0.8" nvidia-nvjpeg cassandra-dali-plugin==1.3.2 \
-    pydantic==2.14.3 pydantic-core==2.50.4 pydantic-settings python-dotenv annotated-types typing-inspection \
-    typing-extensions cassandra-driver geomet boto3 botocore s3transfer jmespath webdataset braceexpand \
+    acsylla==1.2.0 cassandra-driver==3.30.1 geomet pydantic==2.14.4 pydantic-core==2.50.5 pydantic-settings \
+    python-dotenv annotated-types typing-inspection typing-extensions cryptography cffi pycparser bcrypt \
     astunparse gast optree nvtx makefun
-  tar cf $stage/payload.tar -C $stage whl jre cache
+  # installed here for CPython 3.12 (pyenv's), so the machine there only unpacks; the other Pythons'
+  # extension modules of DALI and nvImageCodec go (150 MB)
+  rm -rf $stage/site
+  "${PYTHON312:-python3.12}" -m pip install -q --no-deps --no-compile --target $stage/site --only-binary=:all: \
+    --python-version 3.12 --implementation cp $platforms --platform manylinux2014_x86_64 $stage/whl/*.whl
+  find $stage/site -name "*cpython-3*" ! -name "*cpython-312-*" -delete
+  # nvImageCodec's JPEG 2000, TIFF and OpenCV codecs (48 MB): the data is JPEG
+  rm -f $stage/site/nvidia/nvimgcodec/extensions/lib{nvjpeg2k,nvtiff,opencv}_ext.so*
+  tar cf - -C $stage site jre cache | xz -T2 -6 > $stage/payload.tar.xz
+  rm -rf .gpu/part-*
+  split -b 50M -d $stage/payload.tar.xz $stage/payload.part-
+  for part in $stage/payload.part-*; do mkdir -p ".gpu/part-${part##*-}" && mv "$part" ".gpu/part-${part##*-}/"; done
+  ls -la .gpu/part-*/
+}
+
+stage_unpack() {  # there: the parts copied to /tmp/parts by earlier calls (and this call's own part)
+  mkdir -p /tmp/parts "$PAYLOAD"
+  cp .gpu/part-*/payload.part-* /tmp/parts/ 2>/dev/null || true
+  ls /tmp/parts
+  cat /tmp/parts/payload.part-* | python3 -c "import sys, tarfile; tarfile.open(fileobj=sys.stdin.buffer, \
+mode='r|xz').extractall(sys.argv[1], filter='tar')" "$PAYLOAD"
+  rm -rf /tmp/site && mv "$PAYLOAD/site" /tmp/site
 }
 
 install_extra() {  # wheels added after payload.tar was built (cryptography, for the TLS certificates): .gpu/extra
@@ -63,12 +91,15 @@ install_extra() {  # wheels added after payload.tar was built (cryptography, for
 
 stage_setup() {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$PAYLOAD"/whl/*.whl
+  if [ -d "$PAYLOAD/whl" ]; then  # an older payload of wheels (the new one is installed here already)
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$PAYLOAD"/whl/*.whl
+  fi
   install_extra
-  python3 -c "import torch, nvidia.dali as d; print('torch', torch.__version__, 'dali', d.__version__, \
-torch.cuda.get_device_name())" | tee -a "$OUT/gpu.txt"
+  python3 -c "import importlib.metadata as m, torch, nvidia.dali as d; print('python', __import__('sys').version.split()[0], \
+'torch', torch.__version__, 'dali', d.__version__, 'acsylla', m.version('acsylla'), 'cassandra-dali-plugin', \
+m.version('cassandra-dali-plugin'), torch.cuda.get_device_name())" | tee -a "$OUT/gpu.txt"
   nproc | sed 's/^/cpus /' | tee -a "$OUT/gpu.txt"
-  wb stack up cassandra toxiproxy
+  wb stack up ${SERVICES:-cassandra}  # the sweep stage needs toxiproxy too (SERVICES="cassandra toxiproxy")
   wb ingest --source "synthetic:$COUNT" --backend cassandra 2>&1 | tail -3 | tee "$OUT/ingest.txt"
 }
 
@@ -85,6 +116,38 @@ stage_decode() {
       --results "$rows" -o batch_size=128 -o concurrency=32
     python3 -m pipelines.decode_bench --loader cassandra-plugin --native --dataset $DATASET --decode $decode \
       --threads 8 --results "$rows" -o batch_size=128 -o io_threads=4 -o prefetch_buffers=4 $PLUGIN_LOGIN
+  done
+}
+
+stage_native() {  # issue 13's target: our loader on the C++ driver (acsylla) vs the real plugin, same table
+  local rows=$OUT/native.jsonl same="-o batch_size=128 -o io_threads=4 -o prefetch_buffers=4"
+  pair() {  # ours, then the plugin's own graph, with the plugin's parameter names and values
+    python3 -m pipelines.decode_bench --loader cassandra --dataset $DATASET --decode "$1" --threads 8 \
+      --results "$rows" $same
+    python3 -m pipelines.decode_bench --loader cassandra-plugin --native --dataset $DATASET --decode "$1" \
+      --threads 8 --results "$rows" $same $PLUGIN_LOGIN
+  }
+  # most wanted first: the run may meet the device's time limit (rows are appended as they finish)
+  pair none; pair mixed
+  python3 -m pipelines.decode_bench --loader cassandra-py --dataset $DATASET --decode none --threads 8 \
+    --results "$rows" -o batch_size=128 -o concurrency=32  # the Python driver: the before
+  for decode in none mixed; do  # our loader fetching in 4 worker processes (shared memory to this one)
+    python3 -m pipelines.decode_bench --loader cassandra --dataset $DATASET --decode $decode --threads 8 \
+      --fetch-workers 4 --results "$rows" $same
+  done
+  pair none; pair mixed
+}
+
+stage_depths() {  # a second machine: the window "auto" chose there (now recorded), fixed depths, fetch workers
+  local rows=$OUT/depths.jsonl
+  for decode in none mixed; do
+    python3 -m pipelines.decode_bench --loader cassandra-plugin --native --dataset $DATASET --decode $decode \
+      --threads 8 --results "$rows" -o batch_size=128 -o io_threads=4 -o prefetch_buffers=4 $PLUGIN_LOGIN
+    for options in "-o io_threads=4" "-o io_threads=8 -o concurrency=256" "-o io_threads=4 -o concurrency=64 --fetch-workers 4"; do
+      # shellcheck disable=SC2086
+      python3 -m pipelines.decode_bench --loader cassandra --dataset $DATASET --decode $decode --threads 8 \
+        --results "$rows" -o batch_size=128 -o prefetch_buffers=4 $options
+    done
   done
 }
 

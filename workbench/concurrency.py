@@ -82,6 +82,10 @@ class Window(Protocol):
 
     def finished(self, started_at: float) -> None: ...
 
+    def stall(self) -> None: ...
+
+    def resume(self) -> None: ...
+
 
 class FixedWindow:
     """A window that never changes: ``concurrency=N``."""
@@ -112,6 +116,12 @@ class FixedWindow:
     def finished(self, started_at: float) -> None:
         pass
 
+    def stall(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
 
 class AutoWindow(PicklesWithoutLocks):
     """A window that sizes itself: widen geometrically while that still raises the rate, then settle.
@@ -132,7 +142,9 @@ class AutoWindow(PicklesWithoutLocks):
     or a busy client, where requests wait for the CPU, not the network) narrows by `growth` while the
     rate stays within `min_gain` of the best and its requests still queue. It settles on the narrowest
     depth that held the best rate, never below best rate x base latency (what the round trip alone
-    requires). A settled window stays for later epochs. Thread-safe; `clock` is injectable so the logic
+    requires). A settled window stays for later epochs. While the submitter waits on its consumer (`stall`
+    to `resume`: a full output queue) nothing is measured: such intervals time the consumer, not the
+    window. Thread-safe; `clock` is injectable so the logic
     runs on simulated time.
     """
 
@@ -162,6 +174,7 @@ class AutoWindow(PicklesWithoutLocks):
         self._submitted = 0
         self._finished = 0
         self._peak_outstanding = 0  # the most requests in flight since the last decision
+        self._stalled = False  # the submitter waits on its consumer: completions now say nothing
         self._t0: float | None = None  # start of the measuring interval: its first completion
         self._changed_at = -math.inf  # requests sent before the last change belong to the old depth
         self._count = 0  # completions in it
@@ -182,7 +195,7 @@ class AutoWindow(PicklesWithoutLocks):
         with self._lock:
             self._total, self._submitted, self._finished, self._peak_outstanding = total, 0, 0, 0
             self._t0, self._count, self._latency_sum, self._strikes = None, 0, 0.0, 0
-            self._changed_at = -math.inf
+            self._changed_at, self._stalled = -math.inf, False
 
     def started(self) -> float:
         """Call when a request is submitted; pass what it returns to `finished`."""
@@ -197,7 +210,7 @@ class AutoWindow(PicklesWithoutLocks):
         now = self.clock()
         with self._lock:
             self._finished += 1
-            if self.settled or (started_at < self._changed_at and not self.ramping):
+            if self.settled or self._stalled or (started_at < self._changed_at and not self.ramping):
                 return
             if self._t0 is None:
                 self._t0 = now
@@ -216,6 +229,20 @@ class AutoWindow(PicklesWithoutLocks):
             self._peak_outstanding = self._submitted - self._finished
             if self._depth != depth:
                 self._changed_at = now
+
+    def stall(self) -> None:
+        """The submitter waits on its consumer: drop the interval under way, measure nothing until `resume`."""
+        with self._lock:
+            self._stalled = True
+            self._t0, self._count, self._latency_sum = None, 0, 0.0
+
+    def resume(self) -> None:
+        """The submitter sends again: a new interval starts with the requests sent from now on."""
+        now = self.clock()
+        with self._lock:
+            self._stalled = False
+            self._changed_at = now
+            self._peak_outstanding = self._submitted - self._finished
 
     def _ramp(self, pace: float, latency_s: float, remaining: int | None) -> None:
         """The start, sized by Little's law; the timed intervals of `_decide` take over when it ends.
@@ -308,16 +335,23 @@ class AutoWindow(PicklesWithoutLocks):
             self._history.append(depth)
 
 
-def make_window(concurrency: Concurrency | Window, items_per_request: int = 1) -> Window:
+def make_window(concurrency: Concurrency | Window, items_per_request: int = 1, reports_stalls: bool = False) -> Window:
     """The window a config's `concurrency` asks for: "auto" -> AutoWindow, N -> FixedWindow(N).
 
     With `items_per_request` > 1 (a request reads several items), `concurrency` still counts items: the
     window counts requests, N / items_per_request of them ("auto": at most AUTO_CAP items), so the memory
     held by requests in flight does not grow with their size.
+
+    `reports_stalls`: the submitter calls `stall`/`resume` whenever it waits on its consumer, so any other
+    interval is one the window limits, and "auto" skips its Little's-law check of how full the window was.
+    That check takes reads done but held behind the oldest (in-order delivery) for a submitter that lags:
+    on an H100 (results/gpu/depths) the cassandra loader's intervals read "not full" and it settled at 28
+    and 7 in flight, where a fixed 256 fed DALI 1.2x and 1.7x faster (measured before this change).
     """
     if concurrency == AUTO:
         widest = max(1, AUTO_CAP // items_per_request)
-        return AutoWindow(start=min(widest, max(1, AUTO_START // items_per_request)), cap=widest)
+        filled = {"min_fill": 0.0} if reports_stalls else {}  # the window is full whenever it is not stalled
+        return AutoWindow(start=min(widest, max(1, AUTO_START // items_per_request)), cap=widest, **filled)
     if isinstance(concurrency, int):
         return FixedWindow(-(-concurrency // items_per_request) if concurrency > 0 else concurrency)
     if hasattr(concurrency, "depth"):

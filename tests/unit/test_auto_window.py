@@ -104,6 +104,39 @@ def test_a_noisy_rate_does_not_widen_a_window_whose_requests_queue():
         assert window.settled and window.depth <= 8, window.measured
 
 
+def feed(window: AutoWindow, clock: Clock, completions: int, latency_s: float, rate: float | None = None) -> None:
+    """`completions` requests, each `latency_s` long, finishing `rate` per second (None: depth / latency, a
+    full window whose rate rises with its depth)."""
+    for _ in range(completions):
+        started = window.started()
+        clock.now += 1 / (rate or window.depth / latency_s)
+        window.finished(min(started, clock.now - latency_s))
+
+
+def test_what_completes_while_the_consumer_holds_up_the_submitter_is_not_measured():
+    """The consumer stalls the submitter (a full output queue): the completions that trickle in then time the
+    consumer, slow and late. Measured, they stop a window that was still widening profitably; between
+    `stall` and `resume` they are dropped, and the window widens on once the reads are the limit again."""
+    for told in (False, True):
+        clock = Clock()
+        window = AutoWindow(clock=clock, start=16, ramp_factor=1.0)
+        window.begin(None)
+        feed(window, clock, 2000, latency_s=0.002)  # 2 ms each, however many in flight: widening
+        before = window.depth, len(window.measured)
+        assert window.depth > 16 and not window.settled, window.measured
+        if told:
+            window.stall()
+        feed(window, clock, 2000, latency_s=0.006, rate=1500)  # the consumer's pace, late completions
+        if told:
+            window.resume()
+            assert (window.depth, len(window.measured)) == before, window.measured
+            feed(window, clock, 20000, latency_s=0.002)
+            assert window.depth > before[0], window.measured
+        else:
+            assert window.settled and window.depth <= before[0], window.measured
+            assert min(rate for _, rate, _ in window.measured) < 2000, window.measured
+
+
 def test_it_never_exceeds_the_cap_nor_the_keys_left():
     unbounded = simulate(latency_s=0.5, service_s=0.00001, cap=64)  # would want 50,000 in flight
     assert unbounded.depth == 64 and max(unbounded.history) == 64

@@ -199,7 +199,8 @@ class CassandraNativeLoader(FreshConnections, HasWindow, Loader):
         bundle_of(config)  # so does an unusable secure-connect bundle
         super().__init__(settings, config, worker_id, num_workers)
         self._reset()
-        self._window = make_window(self.config.concurrency)  # kept across epochs: a settled "auto" stays
+        # kept across epochs (a settled "auto" stays); `_produce` tells it when the consumer holds it up
+        self._window = make_window(self.config.concurrency, reports_stalls=True)
 
     @classmethod
     def raw_ceiling(cls, settings: Settings, config: LoaderConfig) -> tuple[int, int]:
@@ -323,13 +324,24 @@ class CassandraNativeLoader(FreshConnections, HasWindow, Loader):
         c = self.config
         batch: list[Item] = []
 
+        async def hand_over(items: list[Item]) -> None:
+            """Into `out` once a slot is free; a wait for one is the consumer's time, not the window's."""
+            if slots.locked():
+                self._window.stall()
+                try:
+                    await slots.acquire()
+                finally:
+                    self._window.resume()
+            else:
+                await slots.acquire()
+            out.put_nowait(items)
+
         async def emit(item: Item) -> None:
             nonlocal batch
             batch.append(item)
             if len(batch) >= c.batch_size:
                 full, batch = batch, []
-                await slots.acquire()
-                out.put_nowait(full)
+                await hand_over(full)
 
         try:
             if c.ordered:
@@ -337,8 +349,7 @@ class CassandraNativeLoader(FreshConnections, HasWindow, Loader):
             else:
                 await _as_completed(keys, read, emit, self._window)
             if batch:
-                await slots.acquire()
-                out.put_nowait(batch)
+                await hand_over(batch)
             out.put_nowait(_END)
         except asyncio.CancelledError:
             with contextlib.suppress(queue.Full):

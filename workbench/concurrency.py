@@ -144,8 +144,7 @@ class AutoWindow(PicklesWithoutLocks):
     depth that held the best rate, never below best rate x base latency (what the round trip alone
     requires). A settled window stays for later epochs. While the submitter waits on its consumer (`stall`
     to `resume`: a full output queue) nothing is measured: such intervals time the consumer, not the
-    window. Thread-safe; `clock` is injectable so the logic
-    runs on simulated time.
+    window. Thread-safe; `clock` is injectable so the logic runs on simulated time.
     """
 
     def __init__(self, start: int = AUTO_START, cap: int = AUTO_CAP, growth: float = 2.0, min_gain: float = 0.05,

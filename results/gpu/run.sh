@@ -12,6 +12,7 @@
 #   bash results/gpu/run.sh payload            # here: build .gpu/stage/, split into .gpu/part-N/
 #   (one device call per part: copy .gpu/part-N/* to /tmp/parts while the machine stays warm)
 #   bash results/gpu/run.sh unpack setup native   # there: unpack, start Cassandra, ingest, issue 13's bench
+#   COUNT=5000 bash results/gpu/run.sh unpack setup depths   # there (a second machine): "auto" vs fixed depths
 #
 # Earlier runs (results of 2026-11-22, before the native driver) used the stages below as well:
 #   bash results/gpu/run.sh setup decode       # there: install, start Cassandra, ingest, decode benches

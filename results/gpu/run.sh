@@ -47,7 +47,7 @@ wb() { python3 -m workbench.cli "$@"; }
 stage_payload() {
   local stage=.gpu/stage platforms=""
   for p in 39 34 28 27 24 17; do platforms="$platforms --platform manylinux_2_${p}_x86_64"; done
-  mkdir -p $stage/whl $stage/cache
+  rm -rf $stage/cache && mkdir -p $stage/whl $stage/cache  # nothing a stack run left there (built ceilings)
   cp -a ~/.cache/workbench/cassandra-5.0.6 $stage/cache/
   rm -f $stage/cache/cassandra-5.0.6/lib/*osx*
   [ -d $stage/jre ] || jlink --add-modules java.base,java.compiler,java.datatransfer,java.desktop,java.instrument,\
@@ -61,10 +61,10 @@ jdk.internal.jvmstat,jdk.management,jdk.management.agent,jdk.naming.dns,jdk.net,
     acsylla==1.2.0 cassandra-driver==3.30.1 geomet pydantic==2.14.4 pydantic-core==2.50.5 pydantic-settings \
     python-dotenv annotated-types typing-inspection typing-extensions cryptography cffi pycparser bcrypt \
     astunparse gast optree nvtx makefun
-  # installed here for CPython 3.12 (pyenv's), so the machine there only unpacks; the other Pythons'
+  # installed here for CPython 3.12 (pyenv's, or $PYTHON312), so the machine there only unpacks; the other Pythons'
   # extension modules of DALI and nvImageCodec go (150 MB)
   rm -rf $stage/site
-  "${PYTHON312:-python3.12}" -m pip install -q --no-deps --no-compile --target $stage/site --only-binary=:all: \
+  "${PYTHON312:-$(pyenv root)/versions/3.12.1/bin/python3.12}" -m pip install -q --no-deps --no-compile --target $stage/site --only-binary=:all: \
     --python-version 3.12 --implementation cp $platforms --platform manylinux2014_x86_64 $stage/whl/*.whl
   find $stage/site -name "*cpython-3*" ! -name "*cpython-312-*" -delete
   # nvImageCodec's JPEG 2000, TIFF and OpenCV codecs (48 MB): the data is JPEG

@@ -44,8 +44,9 @@ pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.usefixtures("t
 TARGET = 0.95
 AGREEMENT = 0.99
 VAL_SAMPLES = 355
-# as the accuracy tests (tests/services/test_learnable_training.py): 96-99 % after 120 steps
-RECIPE = {"decode": "dali", "model": "small", "size": 32, "num_classes": 10, "batch_size": 32, "steps": 150,
+# as the accuracy tests (tests/services/test_learnable_training.py): 96-99 % after 120 steps; 200 for margin,
+# since one CI run's out-of-order reads (the order differs each run) trained to 0.9493 in 150
+RECIPE = {"decode": "dali", "model": "small", "size": 32, "num_classes": 10, "batch_size": 32, "steps": 200,
           "lr": 0.02, "device": "cpu", "ceiling": False, "quiet": True, "val_split": "val", "shuffle": True,
           "ordered": False}
 

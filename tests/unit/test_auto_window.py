@@ -137,6 +137,24 @@ def test_what_completes_while_the_consumer_holds_up_the_submitter_is_not_measure
             assert min(rate for _, rate, _ in window.measured) < 2000, window.measured
 
 
+def test_a_submitter_that_reports_its_stalls_is_not_judged_by_how_full_its_window_looks():
+    """In-order reads: done ones wait behind the oldest, so only about half the window is at the server,
+    yet the rate rises with the depth. The fill check reads that as a lagging submitter and settles; a window
+    whose submitter reports its stalls (`reports_stalls`) skips the check and widens."""
+    depths = {}
+    for reports in (False, True):
+        clock = Clock()
+        window = make_window("auto", reports_stalls=reports)
+        window.clock = clock
+        window.begin(None)
+        for _ in range(20000):  # half the window at the server: rate x latency = depth / 2
+            started = window.started()
+            clock.now += 1 / (0.5 * window.depth / 0.002)
+            window.finished(min(started, clock.now - 0.002))
+        depths[reports] = window.depth
+    assert depths[True] >= 4 * depths[False], depths
+
+
 def test_it_never_exceeds_the_cap_nor_the_keys_left():
     unbounded = simulate(latency_s=0.5, service_s=0.00001, cap=64)  # would want 50,000 in flight
     assert unbounded.depth == 64 and max(unbounded.history) == 64

@@ -89,3 +89,15 @@ def test_backups_the_nodes_cannot_hold_are_refused_in_one_line_before_anything_s
     assert "WORKBENCH_IGNITE_BACKUPS=2 needs at least 3 nodes" in message and "WORKBENCH_IGNITE_NODES is 2" in message
     assert "Traceback" not in done.stdout + done.stderr
     assert not (tmp_path / "state").exists()
+
+
+def test_a_fresh_node_0_with_a_login_lets_peers_join_only_once_its_default_login_gets_in(tmp_path):
+    """Nothing listens on 127.0.0.21 here: a fresh node 0 with authentication is not joinable yet; without the
+    bootstrap marker (a kept store, a retired default login) or without a login, peers never wait."""
+    node = Ignite(cluster(tmp_path), 0)
+    node.data_dir.mkdir(parents=True)
+    assert node.joinable()  # no marker: not a fresh bootstrap
+    (node.data_dir / BOOTSTRAP_PENDING).touch()
+    assert not node.joinable()
+    anonymous = cluster(tmp_path).model_copy(update={"ignite_username": None, "ignite_password": None})
+    assert Ignite(anonymous, 0).joinable()

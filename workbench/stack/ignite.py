@@ -325,6 +325,20 @@ class Ignite(Service):
             version = ".".join(str(v) for v in client.protocol_context.version)
         return Health(True, version=f"{self.version} (thin protocol {version})")
 
+    def joinable(self) -> bool:
+        """A fresh cluster with a login: once node 0 knows the default user. Ignite 2.17 hands a joining node
+        the coordinator's users; a node that joins a coordinator which has not created its default user yet
+        gets none, and halts at the first request made as that user (the activation: "Failed to find security
+        context for subject with given ID", seen in CI with two nodes started together). So node 0 starts
+        alone, becomes the coordinator, and the others join once its default login (or, already retired,
+        ours) gets in."""
+        if not self.authentication or not (self.data_dir / BOOTSTRAP_PENDING).exists():
+            return True
+        try:
+            return self._connects(default_login(self.settings), refused="refused the login") or self._logs_in()
+        except WorkbenchError:
+            return False  # not listening yet
+
     def _accepts_anonymous(self) -> bool:
         """True when a client without a login gets in (a node started without authentication)."""
         anonymous = self.settings.model_copy(update={"ignite_username": None, "ignite_password": None})
@@ -374,10 +388,8 @@ def retire_default_login(settings: Settings) -> bool:
     if not user or '"' in user or len(user.encode()) > 60:  # Ignite's limit; the name is quoted in SQL
         raise WorkbenchError(f"WORKBENCH_IGNITE_USERNAME {user!r} is not a valid Ignite user name: use at most "
                              "60 bytes and no double quote")
-    default = settings.model_copy(update={
-        "ignite_username": DEFAULT_USER, "ignite_password": SecretStr(DEFAULT_PASSWORD), "dev_mode": True})
     try:
-        with ignite_client(default) as client:
+        with ignite_client(default_login(settings)) as client:
             activate(client, settings.ignite_nodes if settings.stack == "local" else 1)
             _set_login(client, user, password)
             if user != DEFAULT_USER:
@@ -387,6 +399,12 @@ def retire_default_login(settings: Settings) -> bool:
             return False
         raise  # e.g. not up yet: the next probe tries again
     return True
+
+
+def default_login(settings: Settings) -> Settings:
+    """`settings` with the default superuser's well-known login, which a fresh node accepts."""
+    return settings.model_copy(update={
+        "ignite_username": DEFAULT_USER, "ignite_password": SecretStr(DEFAULT_PASSWORD), "dev_mode": True})
 
 
 def activate(client, nodes: int) -> None:

@@ -98,6 +98,20 @@ def _wait_healthy(service: Service) -> Health:
     return health
 
 
+def _wait_joinable(first: Service) -> str | None:
+    """Wait until node 0 lets the other nodes join (`Service.joinable`); why not, when it never does."""
+    process = process_of(first)
+    deadline = time.monotonic() + first.startup_timeout_s
+    while not first.joinable():
+        if process.pid() is None:
+            return f"not started: {first.node_name}, which it joins, is not running (see {process.log_file})"
+        if time.monotonic() > deadline:
+            return (f"not started: {first.node_name}, which it joins, was not ready for it after "
+                    f"{first.startup_timeout_s:.0f}s (see {process.log_file})")
+        time.sleep(1.0)
+    return None
+
+
 def up(settings: Settings, names: list[str] | None = None) -> list[ServiceStatus]:
     """Provision and start the selected services, wait until healthy, and return their status."""
     if settings.stack != "local":
@@ -119,6 +133,10 @@ def up(settings: Settings, names: list[str] | None = None) -> list[ServiceStatus
             started.append(service)
             continue
         if process_of(service).pid() is None:  # a live but not yet healthy process is still starting
+            waited = _wait_joinable(type(service)(settings, 0)) if service.node > 0 else None
+            if waited:
+                failed[service.node_name] = f"{service.node_name}: {waited}"
+                continue
             try:
                 launch = service.launch()
             except WorkbenchError as exc:

@@ -95,6 +95,11 @@ class Service(ABC):
     def probe(self) -> Health:
         """A real request against the server, with timeouts; raises or returns unhealthy when it fails."""
 
+    def joinable(self) -> bool:
+        """Node 0's say whether the other nodes may start now. True unless a node that joins too early breaks the
+        cluster (Ignite with a login); `up` waits on it before it launches node 1 and on."""
+        return True
+
     def after_up(self) -> None:  # noqa: B027 - an optional hook, not an abstract step
         """Hook run once the server is healthy (e.g. create toxiproxy proxies)."""
 

@@ -61,6 +61,14 @@ def test_reads_exactly_the_datasets_bytes(settings, datasets, variant):
     assert run.wire_bytes >= run.bytes  # shards: tar headers, labels and ids on top of the images
 
 
+@pytest.mark.parametrize("variant", [*NETWORKED, "fs", "fs-shards"])
+def test_warm_up_passes_come_before_the_timed_one_and_are_not_counted(settings, datasets, variant):
+    dataset, backend, expected = datasets[variant]
+    for warmup in (0, 2):
+        assert run_native_ceiling(settings, backend, {"dataset": dataset, "concurrency": 4,
+                                                      "warmup": warmup}).counts == expected
+
+
 @pytest.mark.parametrize("variant", NETWORKED)
 def test_through_toxiproxy_reads_the_same(settings, datasets, variant):
     dataset, backend, expected = datasets[variant]

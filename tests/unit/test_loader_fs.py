@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from workbench.adapters.torch import LoaderDataset, collate_raw, worker_context
 from workbench.backends.registry import make_backend
-from workbench.bench.loader_process import fresh_process_epochs, loader_epochs
+from workbench.bench.loader_process import EpochRunner, fresh_process_epochs, loader_epochs
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
@@ -179,6 +179,21 @@ def test_bench_measures_a_loader_in_a_fresh_process_with_the_same_epochs(setting
     payload = sum(len(s.data) for s in train.values())
     assert fresh and len(runs) == len(cpu) == 2 and all(r[1:] == (45, payload) for r in runs + here)
     assert all(seconds > 0 for seconds, _, _ in runs) and isinstance(windows, list)
+
+
+def test_the_bench_keeps_one_loader_from_epoch_to_epoch_as_a_training_job_does(settings, source, dataset):
+    _, root, train = dataset
+    config = {"dataset": source.name, "root": str(root), "concurrency": 4, "batch_size": 8}
+    payload = sum(len(s.data) for s in train.values())
+    with EpochRunner("fs", settings, config, max_seconds=30) as runner:
+        first, _, _ = runner.epoch()
+        loader = runner.loader
+        second, _, _ = runner.epoch()
+        assert runner.loader is loader and loader.epoch == 1  # the same loader, told the next epoch
+        assert first[1:] == second[1:] == (45, payload)
+    assert runner.loader is None
+    with EpochRunner("fs", settings, config, max_seconds=0) as short:  # each epoch cut after its first batch
+        assert [short.epoch()[0][1] for _ in range(2)] == [8, 8]
 
 
 def test_a_loader_error_in_the_fresh_process_is_raised_here_as_it_is(settings, source, tmp_path):

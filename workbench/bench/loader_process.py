@@ -4,7 +4,8 @@ Why a process of its own: measured in the process that measured other loaders be
 with their clients' threads and caches and inherits their heap (fs: 0.49 of its ceiling after the other four
 backends' loaders, 0.79 alone); each native ceiling runs as a program of its own too. Why kept alive: `bench
 loaders` takes a loader's epochs one at a time, between its ceiling's runs (paired rounds), and a process
-started afresh for each epoch would time its imports and cold caches as well.
+started afresh for each epoch would time its imports and cold caches as well (and so the loader is kept too:
+`EpochRunner`).
 
 A loader registered at run time by the caller (not by a module of the package) is unknown to a fresh process:
 it runs in this one. The loader's own errors are raised here as they are; an epoch that runs too long stops
@@ -22,6 +23,7 @@ from multiprocessing.connection import Connection
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders import loader_class, make_loader
+from workbench.loaders.base import Loader
 
 Run = tuple[float, int, int]  # seconds, samples, bytes
 Epoch = tuple[Run, float, list[int] | None]  # the run, its CPU seconds (all threads), the loader's window history
@@ -44,55 +46,78 @@ def timed(run: Callable[[], tuple[int, ...]], cpu: list[float] | None = None) ->
 ITEMS_SUFFIX = "[items]"  # a loader measured on its per-item path: `bench loaders --items`
 
 
-def epoch_of(name: str, settings: Settings, config: dict, max_seconds: float,
-             windows: list[list[int]] | None = None, items: bool = False) -> Callable[[], tuple[int, int, float]]:
-    """One epoch, or as much of it as `max_seconds` allows (slow strategies at high RTT): a steady rate.
-    The run returns (samples, bytes, seconds spent in `loader.connect()`), which `timed` leaves out.
-
-    Reads batches (`Loader.batches`), the path the adapters take, or with `items` one Item at a time (the
-    item API, and the hot path before batches). Appends the loader's window history (its last entry: the
-    depth in use at the end) to `windows`.
-    """
-
-    def run() -> tuple[int, int, float]:
-        samples = nbytes = 0
-        with make_loader(name, settings, **config) as loader:
-            start = time.perf_counter()
-            loader.connect()
-            connecting = time.perf_counter() - start
-            deadline = time.perf_counter() + max_seconds
-            chunks = ((1, len(item.data)) for item in loader) if items else \
-                ((len(batch), batch.nbytes) for batch in loader.batches())
-            for count, size in chunks:
-                samples += count
-                nbytes += size
-                if time.perf_counter() > deadline:
-                    break
-            if windows is not None and getattr(loader, "window_history", None):
-                windows.append(loader.window_history)
-        return samples, nbytes, connecting
-
-    return run
-
-
 class EpochRunner:
-    """Timed epochs of one loader in this process, one per call (`epoch`)."""
+    """Timed epochs of one loader in this process, one per call (`epoch`), or as much of each as `max_seconds`
+    allows (slow strategies at high RTT): a steady rate.
+
+    One loader for all of them, made and connected at the first epoch (its connecting left out of the time) and
+    told each next epoch (`set_epoch`): a training job keeps its loader from epoch to epoch, and with it its
+    connections, its cached index or listing and a window "auto" has settled. So the first epoch is the cold
+    one (`bench loaders` rows: `first_epoch_samples_per_s`), the others what a job reads at in its steady state.
+    Reads batches (`Loader.batches`), the path the adapters take, or with `items` one Item at a time (the item
+    API, and the hot path before batches).
+    """
 
     def __init__(self, name: str, settings: Settings, config: dict, max_seconds: float, items: bool = False) -> None:
         loader_class(name)  # imports the loader's module now: the first timed epoch does not pay for it
-        self._windows: list[list[int]] = []
-        self._run = epoch_of(name, settings, config, max_seconds, self._windows, items=items)
+        self.name, self.settings, self.config = name, settings, config
+        self.max_seconds, self.items = max_seconds, items
+        self._loader: Loader | None = None
+        self._epoch = 0
+
+    @property
+    def loader(self) -> Loader | None:
+        """The loader of every epoch (None before the first and once closed)."""
+        return self._loader
 
     def epoch(self) -> Epoch:
+        """(seconds, samples, bytes), its CPU seconds, the loader's window history (its last entry: the depth in
+        use at the end), None for a loader without a window."""
         cpu: list[float] = []
-        self._windows.clear()
-        run = timed(self._run, cpu)
-        return run, cpu[0], self._windows[-1] if self._windows else None
+        run = timed(self._read, cpu)
+        history = getattr(self._loader, "window_history", None)
+        return run, cpu[0], list(history) if history else None
+
+    def _read(self) -> tuple[int, int, float]:
+        """(samples, bytes, seconds spent making and connecting the loader) of the next epoch."""
+        connecting = 0.0
+        if self._loader is None:
+            start = time.perf_counter()
+            self._loader = make_loader(self.name, self.settings, **self.config)
+            self._loader.connect()
+            connecting = time.perf_counter() - start
+        loader = self._loader
+        loader.set_epoch(self._epoch)
+        self._epoch += 1
+        samples = nbytes = 0
+        deadline = time.perf_counter() + self.max_seconds
+        source = iter(loader) if self.items else loader.batches()
+        try:
+            for chunk in source:
+                samples += 1 if self.items else len(chunk)
+                nbytes += len(chunk.data) if self.items else chunk.nbytes
+                if time.perf_counter() > deadline:
+                    break
+        finally:
+            source.close()  # an epoch cut short stops its reads now, not when the generator is collected
+        return samples, nbytes, connecting
+
+    def close(self) -> None:
+        if self._loader is not None:
+            self._loader.close()
+            self._loader = None
+
+    def __enter__(self) -> EpochRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _serve(conn: Connection, args: tuple) -> None:
     """In the spawned process: one epoch each time the parent sends True, until it sends False or goes away.
     A failure goes back as the exception itself (as one line if it cannot be pickled), and ends the process."""
+    runner: EpochRunner | None = None
     try:
         runner = EpochRunner(*args)
         while conn.recv():
@@ -105,11 +130,13 @@ def _serve(conn: Connection, args: tuple) -> None:
         except Exception:  # an exception that does not pickle
             conn.send((False, WorkbenchError(f"{type(exc).__name__}: {exc}")))
     finally:
+        if runner is not None:
+            runner.close()
         conn.close()
 
 
 class LoaderProcess:
-    """Timed epochs of loader `name` (`epoch_of`) in a spawned process of its own, one per `epoch()` call.
+    """Timed epochs of loader `name` (`EpochRunner`) in a spawned process of its own, one per `epoch()` call.
     `fresh` says whether it runs in one (see the module docstring)."""
 
     def __init__(self, name: str, settings: Settings, config: dict, max_seconds: float, items: bool = False) -> None:
@@ -152,7 +179,10 @@ class LoaderProcess:
         return value
 
     def close(self) -> None:
-        """Stop the process (it ends its loop on False; one that does not is killed)."""
+        """Close the loader; in a process of its own, stop that (it ends its loop on False; one that does not is
+        killed)."""
+        if self._here is not None:
+            self._here.close()
         if self._process is None or self._conn is None:
             return
         with contextlib.suppress(BrokenPipeError, OSError):  # gone already
@@ -175,8 +205,8 @@ def loader_epochs(name: str, settings: Settings, config: dict, max_seconds: floa
                   items: bool = False) -> Epochs:
     """`repeats` timed epochs of loader `name` in this process: their (seconds, samples, bytes), CPU seconds and
     window histories."""
-    runner = EpochRunner(name, settings, config, max_seconds, items)
-    return _gather(runner.epoch() for _ in range(repeats))
+    with EpochRunner(name, settings, config, max_seconds, items) as runner:
+        return _gather(runner.epoch() for _ in range(repeats))
 
 
 def fresh_process_epochs(name: str, settings: Settings, config: dict, max_seconds: float, repeats: int,

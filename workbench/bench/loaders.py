@@ -121,7 +121,8 @@ def bench_backend(settings: Settings, backend: str, names: list[str], dataset: s
     """The rows of `names` (loaders of `backend`) and of the backend's ceiling, at the network as it is set now.
 
     Paired rounds: each round times one epoch of every loader, each in a `LoaderProcess` of its own kept
-    between rounds, then one run of the ceiling (with "auto", at the widest window the loaders ended with).
+    between rounds with one loader in it (`EpochRunner`: round 1 is its cold epoch), then one run of the
+    ceiling (with "auto", at the widest window the loaders ended with).
     `ratio_to_ceiling` is the median of the rounds' ratios, with min and max beside it: on a machine whose
     cores the servers share, the load drifts between runs, and a ratio taken within one round sees the same
     drift on both sides.
@@ -172,7 +173,8 @@ def bench_backend(settings: Settings, backend: str, names: list[str], dataset: s
             "window_history": " ".join(map(str, window)) if window else "",
             "samples": results[0][1], "repeats": repeats,
             "samples_per_s": statistics.median(rates), "samples_per_s_min": min(rates),
-            "samples_per_s_max": max(rates), "mb_per_s": statistics.median(b / 1e6 / t for t, _, b in results),
+            "samples_per_s_max": max(rates), "first_epoch_samples_per_s": rates[0],
+            "mb_per_s": statistics.median(b / 1e6 / t for t, _, b in results),
             "ratio_to_ceiling": statistics.median(ratios), "ratio_to_ceiling_min": min(ratios),
             "ratio_to_ceiling_max": max(ratios), "ceiling_program": program, "measured_in": measured_in,
             **cpu_columns(results, cpu[name]),

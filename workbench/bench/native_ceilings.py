@@ -18,7 +18,9 @@ the nodes advertise addresses that are not their proxies), minio-go every S3 end
 any object), the Ignite client thread i node i mod N.
 
 Each prints one JSON line: samples, bytes (the images, as the backend's `scan` counts them), wire bytes,
-seconds (listing + reads, after connecting), and the program's own CPU seconds (user+sys) in that time.
+seconds (listing + reads, after connecting), and the program's own CPU seconds (user+sys) in that time, of its
+timed pass over the split: `warmup` untimed passes come first (default 1), as a loader kept from epoch to epoch
+(`bench loaders`) reads its timed epochs with connections open, the servers' caches warm and its code loaded.
 Credentials go to the program in environment variables, never on its command line, and never appear in
 an error (they are scrubbed from its output). Every request has settings.timeout_s; the whole run is
 bounded by `run_timeout_s`.
@@ -59,6 +61,8 @@ class CeilingConfig(BaseModel):
     via_proxy: bool = False
     io_threads: int = Field(2, ge=1, le=32, description="cassandra: connections (as the cassandra loader's)")
     get_batch: int = Field(64, ge=1, le=100_000, description="ignite: keys per getAll (as the ignite loader's)")
+    warmup: int = Field(1, ge=0, le=10, description="untimed passes over the split before the timed one: open "
+                        "connections, warm caches and (Java) compiled code, as a loader kept from epoch to epoch has")
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,8 @@ def _s3(settings: Settings, backend: str, c: CeilingConfig) -> _Command:
             "-endpoint", ",".join(s3_addresses(settings, c.via_proxy)), "-region", settings.s3_region,
             "-bucket", entry.get("bucket") or settings.s3_bucket, "-prefix", entry.get("prefix") or "",
             "-split", c.split, "-layout", "shards" if backend_class(backend).sharded else "objects",
-            "-concurrency", str(c.concurrency), "-timeout", str(settings.timeout_s), *_tls_flags(settings, "go")]
+            "-concurrency", str(c.concurrency), "-warmup", str(c.warmup), "-timeout", str(settings.timeout_s),
+            *_tls_flags(settings, "go")]
     return _Command(argv, {**_base_env(), "CEILING_ACCESS_KEY": access, "CEILING_SECRET_KEY": secret})
 
 
@@ -159,7 +164,8 @@ def _cassandra(settings: Settings, backend: str, c: CeilingConfig) -> _Command:
             "-port", str(port), "-data-table", tables[c.split],
             "-metadata-table", metadata[c.split], "-id-col", columns.get("id") or "id",
             "-data-col", columns.get("data") or "data", "-concurrency", str(c.concurrency),
-            "-conns", str(c.io_threads), "-timeout", str(settings.timeout_s), *_tls_flags(settings, "go")]
+            "-conns", str(c.io_threads), "-warmup", str(c.warmup), "-timeout", str(settings.timeout_s),
+            *_tls_flags(settings, "go")]
     return _Command(argv, env)
 
 
@@ -175,7 +181,7 @@ def _ignite(settings: Settings, backend: str, c: CeilingConfig) -> _Command:
                 "CEILING_PASSWORD": settings.ignite_password.get_secret_value()}
     args = ["--addresses", where(ignite_points(settings, c.via_proxy)).replace(" ", ""), "--cache", entry["cache"],
             "--split", c.split, "--concurrency", str(c.concurrency), "--batch", str(c.get_batch),
-            "--timeout", str(settings.timeout_s), *_tls_flags(settings, "java")]
+            "--warmup", str(c.warmup), "--timeout", str(settings.timeout_s), *_tls_flags(settings, "java")]
     argv = java_command(java_classpath(settings), JAVA_MAIN, heap="512m", props={}, args=args)
     return _Command(argv, env)
 
@@ -183,7 +189,8 @@ def _ignite(settings: Settings, backend: str, c: CeilingConfig) -> _Command:
 def _fs(settings: Settings, backend: str, c: CeilingConfig) -> _Command:
     entry = _entry(settings, backend, c)
     argv = [str(go_program(settings, GO_PROGRAMS["fs"])), "-root", str(Path(entry["root"])), "-split", c.split,
-            "-layout", entry.get("layout") or "imagefolder", "-concurrency", str(c.concurrency)]
+            "-layout", entry.get("layout") or "imagefolder", "-concurrency", str(c.concurrency),
+            "-warmup", str(c.warmup)]
     return _Command(argv, _base_env())
 
 

@@ -36,6 +36,7 @@ func main() {
 	dataCol := flag.String("data-col", "data", "blob column")
 	remote := ceiling.RemoteFlags("SELECTs")
 	conns := flag.Int("conns", 2, "connections to each node")
+	warmup := ceiling.WarmupFlag()
 	flag.Parse()
 
 	gocql.Logger = log.New(io.Discard, "", 0)
@@ -66,25 +67,24 @@ func main() {
 	defer session.Close()
 	result := ceiling.Result{Program: "go/gocql", Concurrency: *remote.Concurrency, ConnectSeconds: connect.Seconds()}
 
-	clock := ceiling.Start()
-	var ids []gocql.UUID
-	iter := session.Query("SELECT " + quote(*idCol) + " FROM " + table(*metaTable)).PageSize(5000).Iter()
-	var id gocql.UUID
-	for iter.Scan(&id) {
-		ids = append(ids, id)
-	}
-	if err := iter.Close(); err != nil {
-		ceiling.Fail("cassandra-ceiling: listing ids of %s at %s failed: %v", *metaTable, where, err)
-	}
-	query := "SELECT " + quote(*dataCol) + " FROM " + table(*dataTable) + " WHERE " + quote(*idCol) + " = ?"
-	var count ceiling.Counter
-	ceiling.Run("cassandra-ceiling", *dataTable+" at "+where, ids, *remote.Concurrency, func(id gocql.UUID) error {
-		iter := session.Query(query, id).Iter() // gocql prepares the statement once and reuses it
-		var data []byte
-		for iter.Scan(&data) {
-			count.Add(1, int64(len(data)), int64(len(data)))
+	ceiling.Timed(result, *warmup, func(count *ceiling.Counter) {
+		var ids []gocql.UUID
+		iter := session.Query("SELECT " + quote(*idCol) + " FROM " + table(*metaTable)).PageSize(5000).Iter()
+		var id gocql.UUID
+		for iter.Scan(&id) {
+			ids = append(ids, id)
 		}
-		return iter.Close()
+		if err := iter.Close(); err != nil {
+			ceiling.Fail("cassandra-ceiling: listing ids of %s at %s failed: %v", *metaTable, where, err)
+		}
+		query := "SELECT " + quote(*dataCol) + " FROM " + table(*dataTable) + " WHERE " + quote(*idCol) + " = ?"
+		ceiling.Run("cassandra-ceiling", *dataTable+" at "+where, ids, *remote.Concurrency, func(id gocql.UUID) error {
+			iter := session.Query(query, id).Iter() // gocql prepares the statement once and reuses it
+			var data []byte
+			for iter.Scan(&data) {
+				count.Add(1, int64(len(data)), int64(len(data)))
+			}
+			return iter.Close()
+		})
 	})
-	ceiling.Finish(result, clock, &count)
 }

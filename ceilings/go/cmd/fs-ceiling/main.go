@@ -18,18 +18,22 @@ func main() {
 	split := flag.String("split", "train", "split")
 	kind := flag.String("layout", "imagefolder", "imagefolder (manifest.txt) or shards (index.json)")
 	concurrency := flag.Int("concurrency", 4, "reads in flight")
+	warmup := ceiling.WarmupFlag()
 	flag.Parse()
 
 	dir := filepath.Join(*root, *split)
 	result := ceiling.Result{Program: "go/os " + *kind, Concurrency: *concurrency}
-	var count ceiling.Counter
-	clock := ceiling.Start()
-	switch *kind {
+	ceiling.Timed(result, *warmup, func(count *ceiling.Counter) { read(dir, *kind, *concurrency, count) })
+}
+
+// read reads the split once: every file (imagefolder) or every shard, n reads in flight.
+func read(dir, kind string, n int, count *ceiling.Counter) {
+	switch kind {
 	case "imagefolder":
 		manifest := filepath.Join(dir, "manifest.txt")
 		keys := ceiling.Listing(program, manifest, "ingest the dataset with --backend fs first",
 			func() ([]byte, error) { return os.ReadFile(manifest) }, layout.ManifestKeys)
-		ceiling.Run(program, dir, keys, *concurrency, func(key string) error {
+		ceiling.Run(program, dir, keys, n, func(key string) error {
 			data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(key)))
 			count.Add(1, int64(len(data)), int64(len(data)))
 			return err
@@ -38,7 +42,7 @@ func main() {
 		index := filepath.Join(dir, "index.json")
 		shards := ceiling.Listing(program, index, "ingest the dataset with --backend fs -o layout=shards first",
 			func() ([]byte, error) { return os.ReadFile(index) }, layout.IndexShards)
-		ceiling.Run(program, dir, shards, *concurrency, func(s layout.Shard) error {
+		ceiling.Run(program, dir, shards, n, func(s layout.Shard) error {
 			f, err := os.Open(filepath.Join(dir, s.Name))
 			if err != nil {
 				return err
@@ -49,7 +53,6 @@ func main() {
 			return err
 		})
 	default:
-		ceiling.Fail("%s: unknown -layout %q: use imagefolder or shards", program, *kind)
+		ceiling.Fail("%s: unknown -layout %q: use imagefolder or shards", program, kind)
 	}
-	ceiling.Finish(result, clock, &count)
 }

@@ -27,11 +27,12 @@ import (
 )
 
 type reader struct {
-	clients []*minio.Core // one per endpoint; the plain request path: the body as the response streams it
-	next    atomic.Uint64 // the endpoint of the next GET (round robin)
-	bucket  string
-	prefix  string
-	timeout time.Duration
+	clients  []*minio.Core // one per endpoint; the plain request path: the body as the response streams it
+	next     atomic.Uint64 // the endpoint of the next GET (round robin)
+	bucket   string
+	prefix   string
+	timeout  time.Duration
+	endpoint string // every endpoint, as errors name them
 }
 
 func (r *reader) key(rel string) string {
@@ -84,6 +85,7 @@ func main() {
 	split := flag.String("split", "train", "split")
 	kind := flag.String("layout", "objects", "objects (manifest.txt) or shards (index.json)")
 	remote := ceiling.RemoteFlags("GETs")
+	warmup := ceiling.WarmupFlag()
 	profile := flag.String("cpuprofile", "", "write a Go CPU profile here (to see where a ceiling's CPU goes)")
 	flag.Parse()
 	if *profile != "" {
@@ -121,7 +123,7 @@ func main() {
 		transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	minio.MaxRetry = 1 // a ceiling measures, it does not retry
-	r := &reader{bucket: *bucket, prefix: strings.Trim(*prefix, "/"), timeout: perRequest}
+	r := &reader{bucket: *bucket, prefix: strings.Trim(*prefix, "/"), timeout: perRequest, endpoint: *endpoint}
 	for _, address := range strings.Split(*endpoint, ",") {
 		client, err := minio.NewCore(address, &minio.Options{
 			Creds: credentials.NewStaticV4(access, secret, ""), Secure: *useTLS, Region: *region,
@@ -133,42 +135,44 @@ func main() {
 		r.clients = append(r.clients, client)
 	}
 	result := ceiling.Result{Program: "go/minio-go " + *kind, Concurrency: *concurrency}
-	var count ceiling.Counter
-	clock := ceiling.Start()
-	switch *kind {
+	ceiling.Timed(result, *warmup, func(count *ceiling.Counter) { r.read(*split, *kind, *concurrency, count) })
+}
+
+// read reads the split once: its listing, then every object or every shard, n GETs in flight.
+func (r *reader) read(split, kind string, inFlight int, count *ceiling.Counter) {
+	switch kind {
 	case "objects":
-		manifest := *split + "/manifest.txt"
+		manifest := split + "/manifest.txt"
 		keys := ceiling.Listing(program, r.url(manifest), "is the dataset ingested into s3-objects?",
 			func() ([]byte, error) { return r.getAll(manifest) }, layout.ManifestKeys)
-		bufs := make(chan []byte, *concurrency)
-		for i := 0; i < *concurrency; i++ {
+		bufs := make(chan []byte, inFlight)
+		for i := 0; i < inFlight; i++ {
 			bufs <- make([]byte, 256*1024)
 		}
-		ceiling.Run(program, *endpoint, keys, *concurrency, func(key string) error {
+		ceiling.Run(program, r.endpoint, keys, inFlight, func(key string) error {
 			buf := <-bufs
 			defer func() { bufs <- buf }()
-			return r.get(*split+"/"+key, func(body io.Reader) error {
+			return r.get(split+"/"+key, func(body io.Reader) error {
 				n, err := readAll(body, buf)
 				count.Add(1, n, n)
 				return err
 			})
 		})
 	case "shards":
-		index := *split + "/index.json"
+		index := split + "/index.json"
 		shards := ceiling.Listing(program, r.url(index), "is the dataset ingested into s3-shards?",
 			func() ([]byte, error) { return r.getAll(index) }, layout.IndexShards)
-		ceiling.Run(program, *endpoint, shards, *concurrency, func(s layout.Shard) error {
+		ceiling.Run(program, r.endpoint, shards, inFlight, func(s layout.Shard) error {
 			buf := make([]byte, 256*1024)
-			return r.get(*split+"/"+s.Name, func(body io.Reader) error {
+			return r.get(split+"/"+s.Name, func(body io.Reader) error {
 				samples, payload, wire, err := layout.CountTar(body, buf)
 				count.Add(samples, payload, wire)
 				return err
 			})
 		})
 	default:
-		ceiling.Fail("%s: unknown -layout %q: use objects or shards", program, *kind)
+		ceiling.Fail("%s: unknown -layout %q: use objects or shards", program, kind)
 	}
-	ceiling.Finish(result, clock, &count)
 }
 
 // readAll reads body to its end through buf (the bytes land in user memory, as a loader's would).

@@ -121,6 +121,23 @@ func Run[T any](program, where string, jobs []T, n int, fn func(T) error) {
 	}
 }
 
+// WarmupFlag is the -warmup flag: untimed passes over the split before the timed one.
+func WarmupFlag() *int {
+	return flag.Int("warmup", 0, "untimed passes over the split before the timed one (what a loader kept from epoch to epoch has had)")
+}
+
+// Timed runs pass warmup times untimed, then once timed, and prints r with the timed pass's figures: a warm
+// pass leaves open connections, the server's caches and (Java) compiled code, as a loader's earlier epochs do.
+func Timed(r Result, warmup int, pass func(count *Counter)) {
+	for i := 0; i < warmup; i++ {
+		pass(&Counter{})
+	}
+	var count Counter
+	clock := Start()
+	pass(&count)
+	Finish(r, clock, &count)
+}
+
 // Finish fills the measured phase (started at clock) and the totals into r and prints it.
 func Finish(r Result, clock Clock, count *Counter) {
 	r.Seconds, r.CPUSeconds = clock.Seconds(), clock.CPU()

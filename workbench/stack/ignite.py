@@ -19,7 +19,8 @@ region that no cache uses (it only turns on the persistent metastore where Ignit
 without WORKBENCH_IGNITE_PERSISTENCE the caches stay in the in-memory default region. A fresh node of
 this kind starts inactive and knows one user, the well-known ``ignite`` superuser: the first probe logs in
 with it once to activate the cluster, create the configured user and give ``ignite`` a random password
-nobody keeps, so afterwards only the configured login works (see `retire_default_login`).
+nobody keeps, so afterwards only the configured login works (see `retire_default_login`). Such a fresh cluster
+starts node 0 alone: the others are launched once it accepts the default login (`Ignite.joinable`).
 
 With settings.tls the thin-client connector speaks TLS only, with the stack's PKCS#12 keystore; the
 keystore password is read by the node from ``keystore.pass`` (mode 600), never written into the XML. With

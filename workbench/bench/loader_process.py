@@ -50,10 +50,11 @@ class EpochRunner:
     """Timed epochs of one loader in this process, one per call (`epoch`), or as much of each as `max_seconds`
     allows (slow strategies at high RTT): a steady rate.
 
-    One loader for all of them, made and connected at the first epoch (its connecting left out of the time) and
-    told each next epoch (`set_epoch`): a training job keeps its loader from epoch to epoch, and with it its
-    connections, its cached index or listing and a window "auto" has settled. So the first epoch is the cold
-    one (`bench loaders` rows: `first_epoch_samples_per_s`), the others what a job reads at in its steady state.
+    One loader for all of them, made and connected at the first epoch (left out of its time, as the ceilings
+    leave out connecting) and told each next epoch (`set_epoch`): a training job keeps its loader from epoch
+    to epoch, and with it its connections, its cached index or listing and a window "auto" has settled. So the
+    first epoch is the cold one (`bench loaders` rows: `first_epoch_samples_per_s`), the others what a job reads
+    at in its steady state.
     Reads batches (`Loader.batches`), the path the adapters take, or with `items` one Item at a time (the item
     API, and the hot path before batches).
     """

@@ -162,7 +162,7 @@ public final class IgniteCeiling {
         String split = opt.get("split");
         int threads = Integer.parseInt(opt.get("concurrency"));
         int batch = Integer.parseInt(opt.get("batch"));
-        int warmup = Integer.parseInt(opt.get("warmup"));  // untimed passes before the timed one
+        int warmup = Integer.parseInt(opt.get("warmup"));
         int timeoutMs = (int) (Double.parseDouble(opt.get("timeout")) * 1000);
 
         String[] addresses = where.split(",");

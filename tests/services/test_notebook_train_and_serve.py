@@ -17,6 +17,9 @@ pytestmark = [pytest.mark.services, pytest.mark.slow,
               pytest.mark.timeout(1500)]  # bounded training and a Triton start on two loaded cores: minutes
 
 ROOT = Path(__file__).resolve().parents[2]
+# Training reads the shards out of order, so each run sees another order: at 150 steps one CI run trained to
+# 0.9268 against the 0.95 asserted below (and a test with the same recipe to 0.9493 at stop 26). The bar stays.
+STEPS = 300
 
 
 def test_06_train_and_serve(stack, tmp_path: Path):
@@ -31,7 +34,7 @@ def test_06_train_and_serve(stack, tmp_path: Path):
         papermill.execute_notebook(
             str(ROOT / "notebooks" / "06-train-and-serve.ipynb"), str(tmp_path / "06.ipynb"),
             parameters={"backend": "s3-shards", "decode": "dali", "store": "ignite", "dataset": dataset,
-                        "steps": 150, "results_dir": str(out)},
+                        "steps": STEPS, "results_dir": str(out)},
             kernel_name="python3", cwd=str(ROOT), progress_bar=False, execution_timeout=900)
     finally:
         for backend in ("s3-shards", "cassandra"):

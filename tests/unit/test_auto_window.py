@@ -28,12 +28,19 @@ def simulate(latency_s: float, service_s: float, requests: int = 5000, jitter: f
     `contention`: each request in flight beyond the first adds this share to every service time (Python
     threads that hand the GIL to each other: two readers are slower than one).
     """
+    window = AutoWindow(clock=Clock(), **options)
+    run_epoch(window, latency_s, service_s, requests, jitter, contention)
+    return window
+
+
+def run_epoch(window: AutoWindow, latency_s: float, service_s: float, requests: int = 5000, jitter: float = 0.0,
+              contention: float = 0.0) -> float:
+    """One run of `requests` through `window` (whose clock is a Clock) against that server; returns its rate."""
     noise = random.Random(1)
-    clock = Clock()
-    window = AutoWindow(clock=clock, **options)
+    clock = window.clock
     window.begin(requests)
     pending: list[tuple[float, int, float]] = []  # (completion time, seq, started_at)
-    server_free = 0.0
+    began = server_free = clock.now
     submitted = 0
     while submitted < requests or pending:
         while submitted < requests and len(pending) < window.depth:
@@ -45,7 +52,7 @@ def simulate(latency_s: float, service_s: float, requests: int = 5000, jitter: f
         done, _, started = heapq.heappop(pending)
         clock.now = done
         window.finished(started)
-    return window
+    return requests / (clock.now - began)
 
 
 def test_the_window_at_50ms_is_wider_than_at_0ms():
@@ -167,13 +174,40 @@ def test_it_never_settles_below_what_the_latency_requires():
     assert window.depth >= window.best_rate * window.base_latency_s
 
 
-def test_a_settled_window_is_kept_for_the_next_epoch_and_pickles():
+def test_a_settled_window_that_the_round_trip_needs_is_kept_after_its_recheck_and_pickles():
+    """20 ms round trip, 1,000/s server: the next epoch tries half the depth, loses rate, goes back to it for good."""
     window = simulate(latency_s=0.02, service_s=0.001)
-    depth = window.depth
-    window.begin(100)
-    assert window.depth == depth and window.settled
+    depth, tried = window.depth, len(window.history)
+    rate = run_epoch(window, latency_s=0.02, service_s=0.001)
+    assert window.settled and window.rechecked and window.depth == depth, window.measured
+    assert window.history[tried:] == [-(-depth // 2), depth], window.history  # one narrower depth, then back
+    assert rate > 0.9 * 1000
+    run_epoch(window, latency_s=0.02, service_s=0.001)
+    assert window.depth == depth and len(window.history) == tried + 2  # done: no second re-check
     copy = pickle.loads(pickle.dumps(window))
-    assert copy.depth == depth and copy.history == window.history
+    assert copy.depth == depth and copy.history == window.history and copy.rechecked
+
+
+def test_a_window_that_settled_wide_in_a_cold_epoch_narrows_in_the_next_ones():
+    """A cold first epoch (slow, late reads: 5 ms each) settles wide; warm, a local read takes 0.1 ms and every other
+    one in flight slows each by 5 % (threads queueing for 2 cores), so narrower is faster. The re-check finds that
+    by rate in the next epochs (short ones: it spans several) and keeps the narrowest depth that holds it."""
+    window = AutoWindow(clock=Clock(), start=16)
+    run_epoch(window, latency_s=0.005, service_s=0.00005, requests=10000)
+    assert window.settled and window.depth >= 64, window.measured
+    wide = window.depth
+    rate_wide = run_epoch(AutoWindow(clock=Clock(), start=wide, cap=wide), latency_s=0.0, service_s=0.0001,
+                          requests=2000, contention=0.05)  # what that depth reads, warm
+    rates = [run_epoch(window, latency_s=0.0, service_s=0.0001, requests=2000, contention=0.05) for _ in range(8)]
+    assert window.rechecked and window.depth <= wide // 4, (window.history, window.measured)
+    assert rates[-1] > 1.5 * rate_wide, (rates, rate_wide)
+
+
+def test_a_window_of_one_request_is_not_rechecked():
+    window = simulate(latency_s=0.0, service_s=0.0013, start=1, cap=16, requests=1500, contention=0.3)
+    assert window.depth == 1
+    window.begin(100)
+    assert window.settled and not window.rechecking
 
 
 def test_make_window_and_sizes():

@@ -142,11 +142,14 @@ class AutoWindow(PicklesWithoutLocks):
     or a busy client, where requests wait for the CPU, not the network) narrows by `growth` while the
     rate stays within `min_gain` of the best and its requests still queue. It settles on the narrowest
     depth that held the best rate, never below best rate x base latency (what the round trip alone
-    requires). A settled window stays for later epochs, after one re-check (`_recheck`): the first epoch
-    is a cold one (first reads from disk, connections, imports), whose slow and late completions made
-    wider depths look profitable, so from the next epoch on it measures its settled depth again, then
-    narrower ones, by rate alone, and keeps the narrowest that holds it (intervals of `recheck_interval_s`
-    at least: a fast local reader's epoch lasts a fraction of a second). While the submitter waits on its
+    requires). The depth of the first run (epoch) stays for later ones, after one re-check (`_recheck`,
+    from the second run on, settled or not): the first epoch is a cold one (first reads from disk,
+    connections, imports), whose slow completions set a base latency that warm reads queueing for the
+    CPU stay under, so wider depths looked profitable. The re-check judges by rate alone: it measures the
+    depth again, then narrower ones while they hold its rate, or, when the first narrower one does not,
+    wider ones while they raise it, and keeps the best. Each depth's rate is the best of `recheck_intervals`
+    intervals of at least `recheck_interval_s` (a fast local reader's epoch lasts a fraction of a second;
+    one interval on a shared CPU once read 128 files in flight faster than 64). While the submitter waits on its
     consumer (`stall` to `resume`: a full output queue) nothing is measured: such intervals time the
     consumer, not the window. Thread-safe; `clock` is injectable so the logic runs on simulated time.
     """
@@ -154,7 +157,8 @@ class AutoWindow(PicklesWithoutLocks):
     def __init__(self, start: int = AUTO_START, cap: int = AUTO_CAP, growth: float = 2.0, min_gain: float = 0.05,
                  patience: int = 2, min_interval_s: float = 0.1, latency_bound: float = 1.5,
                  max_queueing: float = 3.0, min_fill: float = 0.75, ramp_factor: float = 8.0,
-                 recheck_interval_s: float = 0.05, clock: Callable[[], float] = time.perf_counter) -> None:
+                 recheck_interval_s: float = 0.05, recheck_intervals: int = 2,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         if not 1 <= start <= cap:
             raise ValueError(f"need 1 <= start <= cap, got start {start}, cap {cap}")
         if growth <= 1:
@@ -162,7 +166,8 @@ class AutoWindow(PicklesWithoutLocks):
         self.start, self.cap, self.growth, self.min_gain = start, cap, growth, min_gain
         self.patience, self.min_interval_s, self.clock = patience, min_interval_s, clock
         self.latency_bound, self.max_queueing, self.min_fill = latency_bound, max_queueing, min_fill
-        self.ramp_factor, self.recheck_interval_s = ramp_factor, recheck_interval_s
+        self.ramp_factor = ramp_factor
+        self.recheck_interval_s, self.recheck_intervals = recheck_interval_s, recheck_intervals
         self._lock = threading.Lock()
         self._depth = start
         self._history = [start]
@@ -173,10 +178,14 @@ class AutoWindow(PicklesWithoutLocks):
         self._strikes = 0
         self.ramping = True  # sizing by Little's law each window's worth of completions (`_ramp`)
         self.narrowing = False  # requests queued at the widest depth: trying narrower ones (`_narrow`)
-        self.rechecking = False  # settled, and a later epoch tries narrower depths (`_recheck`)
+        self.rechecking = False  # a later run tries narrower or wider depths (`_recheck`)
         self.rechecked = False  # that re-check is done: the depth stays
+        self._runs = 0  # calls of `begin`
         self._recheck_rate = 0.0  # the best rate of the re-check so far (0: its first interval is to come)
-        self._recheck_depth = start  # the narrowest depth that held it
+        self._recheck_depth = start  # where it was: the narrowest depth that held it, or the widest that raised it
+        self._recheck_from = start  # the depth the re-check started at
+        self._recheck_step = -1  # -1: narrower, +1: wider
+        self._recheck_peak, self._recheck_seen = 0.0, 0  # the best rate of this depth's intervals, and their count
         self._total: int | None = None
         self._submitted = 0
         self._finished = 0
@@ -199,13 +208,17 @@ class AutoWindow(PicklesWithoutLocks):
 
     def begin(self, total: int | None) -> None:
         """A new run of `total` requests (None: unknown) starts now; a settled depth is kept, and re-checked
-        once (`_recheck`), in this run and the next ones until that is done."""
+        once (`_recheck`), from the second run on, in the next ones until that is done."""
         with self._lock:
             self._total, self._submitted, self._finished, self._peak_outstanding = total, 0, 0, 0
             self._t0, self._count, self._latency_sum, self._strikes = None, 0, 0.0, 0
             self._changed_at, self._stalled = -math.inf, False
-            if self.settled and not self.rechecked and self._depth > 1:
-                self.settled, self.rechecking = False, True
+            self._runs += 1
+            if self._runs >= 2 and not self.rechecked and not self.rechecking:
+                self.settled = self.ramping = self.narrowing = False
+                self.rechecking, self._recheck_rate, self._recheck_from = True, 0.0, self._depth
+                self._recheck_depth, self._recheck_step = self._depth, -1
+                self._recheck_peak, self._recheck_seen = 0.0, 0
 
     def started(self) -> float:
         """Call when a request is submitted; pass what it returns to `finished`."""
@@ -329,23 +342,45 @@ class AutoWindow(PicklesWithoutLocks):
             self._settle()
 
     def _recheck(self, rate: float, latency_s: float, remaining: int | None) -> None:
-        """One interval of the re-check of a settled depth: the first measures it, each next one a narrower
-        depth (/ `growth`), kept while its rate holds (within `min_gain` of the best of the re-check).
+        """One interval of the re-check: the first measures the depth it started at; then narrower depths
+        (/ `growth`) are kept while their rate holds (within `min_gain` of the best so far); if the first of
+        them does not hold it, wider ones (x `growth`, up to `cap`) while each raises the rate by `min_gain`.
 
         By rate alone, with no floor from latency: the lowest latency seen may come from another epoch, and a
         depth the round trip needs loses rate when narrowed (measured: fs settled at 64-128 files after a cold
         first epoch, where 16 read 1.7x faster on warm epochs).
         """
         self.measured.append((self._depth, round(rate, 1), round(latency_s * 1000, 2)))
-        if rate < self._recheck_rate * (1 - self.min_gain):
-            self._end_recheck()
+        self._recheck_peak, self._recheck_seen = max(self._recheck_peak, rate), self._recheck_seen + 1
+        if self._recheck_seen < self.recheck_intervals:
             return
-        self._recheck_rate, self._recheck_depth = max(self._recheck_rate, rate), self._depth
-        narrower = max(1, math.ceil(self._depth / self.growth))
-        if narrower < self._depth:
-            self._set(narrower)
+        rate, self._recheck_peak, self._recheck_seen = self._recheck_peak, 0.0, 0
+        best = self._recheck_rate
+        if self._recheck_step < 0:
+            held = best == 0.0 or rate >= best * (1 - self.min_gain)  # the first interval: the reference
         else:
+            held = rate > best * (1 + self.min_gain)
+        if held:
+            self._recheck_rate, self._recheck_depth = max(best, rate), self._depth
+        elif self._recheck_step > 0 or self._recheck_depth != self._recheck_from:
+            self._end_recheck()  # a narrower one held, then the next lost; or a wider one gained nothing
+            return
+        else:
+            self._recheck_step = 1  # the first narrower one lost: wider ones, from where it started
+        following = self._recheck_next()
+        if following == self._recheck_depth and self._recheck_step < 0 and self._recheck_depth == self._recheck_from:
+            self._recheck_step = 1  # nothing narrower than 1
+            following = self._recheck_next()
+        if following == self._recheck_depth:
             self._end_recheck()
+        else:
+            self._set(following)
+
+    def _recheck_next(self) -> int:
+        """The depth the re-check tries next: one `growth` step from the best so far, within 1 and `cap`."""
+        if self._recheck_step < 0:
+            return max(1, math.ceil(self._recheck_depth / self.growth))
+        return min(self.cap, math.ceil(self._recheck_depth * self.growth))
 
     def _end_recheck(self) -> None:
         self._set(self._recheck_depth)

@@ -175,15 +175,16 @@ def test_it_never_settles_below_what_the_latency_requires():
 
 
 def test_a_settled_window_that_the_round_trip_needs_is_kept_after_its_recheck_and_pickles():
-    """20 ms round trip, 1,000/s server: the next epoch tries half the depth, loses rate, goes back to it for good."""
+    """20 ms round trip, 1,000/s server: the next epoch tries half the depth (slower), then twice (no faster),
+    and goes back to it for good."""
     window = simulate(latency_s=0.02, service_s=0.001)
     depth, tried = window.depth, len(window.history)
     rate = run_epoch(window, latency_s=0.02, service_s=0.001)
     assert window.settled and window.rechecked and window.depth == depth, window.measured
-    assert window.history[tried:] == [-(-depth // 2), depth], window.history  # one narrower depth, then back
+    assert window.history[tried:] == [-(-depth // 2), 2 * depth, depth], window.history
     assert rate > 0.9 * 1000
     run_epoch(window, latency_s=0.02, service_s=0.001)
-    assert window.depth == depth and len(window.history) == tried + 2  # done: no second re-check
+    assert window.depth == depth and len(window.history) == tried + 3  # done: no second re-check
     copy = pickle.loads(pickle.dumps(window))
     assert copy.depth == depth and copy.history == window.history and copy.rechecked
 
@@ -203,11 +204,22 @@ def test_a_window_that_settled_wide_in_a_cold_epoch_narrows_in_the_next_ones():
     assert rates[-1] > 1.5 * rate_wide, (rates, rate_wide)
 
 
-def test_a_window_of_one_request_is_not_rechecked():
+def test_a_window_that_a_short_first_run_left_narrow_widens_in_the_next():
+    """30 requests at 50 ms cannot open the window the round trip needs (Little's law: 1,000/s x 50 ms = 50); the
+    next, long run re-checks it: half is slower, so it tries wider ones while they raise the rate."""
+    window = AutoWindow(clock=Clock())
+    run_epoch(window, latency_s=0.05, service_s=0.001, requests=30)
+    narrow = window.depth
+    assert narrow < 50, window.history
+    run_epoch(window, latency_s=0.05, service_s=0.001, requests=5000)
+    assert window.rechecked and window.depth >= 50 and window.depth > narrow, (window.history, window.measured)
+
+
+def test_a_window_of_one_request_tries_two_and_keeps_one_when_that_is_slower():
     window = simulate(latency_s=0.0, service_s=0.0013, start=1, cap=16, requests=1500, contention=0.3)
     assert window.depth == 1
-    window.begin(100)
-    assert window.settled and not window.rechecking
+    run_epoch(window, latency_s=0.0, service_s=0.0013, requests=1500, contention=0.3)
+    assert window.rechecked and window.depth == 1 and 2 in window.history[-2:], window.history
 
 
 def test_make_window_and_sizes():

@@ -1,4 +1,5 @@
-"""`up` starts node 1 and on only once node 0 lets them join (`Service.joinable`): waiting, giving up, refusing."""
+"""`up` starts node 1 and on only once node 0 lets them join (`Service.joinable`): waiting, giving up, refusing;
+and waits for every started node to be healthy the same way."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 import pytest
 
 from workbench.config import Settings
-from workbench.stack.manager import _wait_joinable, process_of
+from workbench.stack.manager import _wait_healthy, _wait_joinable, process_of
 from workbench.stack.service import Health, Launch, Service
 
 
@@ -21,6 +22,7 @@ class Sleeper(Service):
     def __init__(self, settings: Settings, node: int = 0, ready_after: int = 0) -> None:
         super().__init__(settings, node)
         self.polls, self.ready_after = 0, ready_after
+        self.probes, self.healthy_after = 0, 0
 
     def provision(self) -> None:
         pass
@@ -32,7 +34,8 @@ class Sleeper(Service):
         return {"main": 1}
 
     def probe(self) -> Health:
-        return Health(True)
+        self.probes += 1
+        return Health(self.probes > self.healthy_after, detail=f"probe {self.probes}")
 
     def joinable(self) -> bool:
         self.polls += 1
@@ -65,3 +68,22 @@ def test_peers_give_up_on_a_node_0_that_never_becomes_joinable(first):
     first.ready_after = 10**6
     started(first)
     assert "was not ready for it after 2s" in _wait_joinable(first)
+
+
+def test_a_started_node_is_waited_for_until_healthy(first):
+    first.healthy_after = 2
+    started(first)
+    assert _wait_healthy(first).healthy and first.probes == 3
+
+
+def test_a_node_that_never_gets_healthy_is_reported_with_its_last_probe_and_log(first):
+    first.healthy_after = 10**6
+    started(first)
+    health = _wait_healthy(first)
+    assert not health.healthy and "not healthy after 2s (probe " in health.detail and "sleeper" in health.detail
+
+
+def test_a_node_that_exits_during_start_up_is_reported_at_once(first):
+    first.healthy_after = 10**6
+    health = _wait_healthy(first)  # never started: no process
+    assert not health.healthy and health.detail.startswith("exited during start-up; log ") and first.probes == 1

@@ -7,8 +7,10 @@ and `down` stops exactly the processes recorded in pid files.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Literal
 
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
@@ -83,32 +85,46 @@ def _one_per_service(services: list[Service]) -> list[Service]:
     return list({s.name: s for s in reversed(services)}.values())[::-1]
 
 
-def _wait_healthy(service: Service) -> Health:
+def _poll(service: Service, ready: Callable[[], bool]) -> Literal["ready", "exited", "timeout"]:
+    """Ask `ready` every second until it says yes, `service`'s process is gone, or its start-up timeout passed."""
     process = process_of(service)
     deadline = time.monotonic() + service.startup_timeout_s
-    health = service.health()
-    while not health.healthy and time.monotonic() < deadline:
+    while not ready():
         if process.pid() is None:
-            last = process.tail(3).replace("\n", " | ")
-            return Health(False, detail=f"exited during start-up; log {process.log_file}: {last[-300:]}")
+            return "exited"
+        if time.monotonic() >= deadline:
+            return "timeout"
         time.sleep(1.0)
-        health = service.health()
-    if not health.healthy:
+    return "ready"
+
+
+def _wait_healthy(service: Service) -> Health:
+    process = process_of(service)
+    checks: list[Health] = []
+
+    def healthy() -> bool:
+        checks.append(service.health())
+        return checks[-1].healthy
+
+    outcome = _poll(service, healthy)
+    health = checks[-1]
+    if outcome == "exited":
+        last = process.tail(3).replace("\n", " | ")
+        return Health(False, detail=f"exited during start-up; log {process.log_file}: {last[-300:]}")
+    if outcome == "timeout":
         health.detail = f"not healthy after {service.startup_timeout_s:.0f}s ({health.detail}); see {process.log_file}"
     return health
 
 
 def _wait_joinable(first: Service) -> str | None:
     """Wait until node 0 lets the other nodes join (`Service.joinable`); why not, when it never does."""
-    process = process_of(first)
-    deadline = time.monotonic() + first.startup_timeout_s
-    while not first.joinable():
-        if process.pid() is None:
-            return f"not started: {first.node_name}, which it joins, is not running (see {process.log_file})"
-        if time.monotonic() > deadline:
-            return (f"not started: {first.node_name}, which it joins, was not ready for it after "
-                    f"{first.startup_timeout_s:.0f}s (see {process.log_file})")
-        time.sleep(1.0)
+    outcome = _poll(first, first.joinable)
+    log = process_of(first).log_file
+    if outcome == "exited":
+        return f"not started: {first.node_name}, which it joins, is not running (see {log})"
+    if outcome == "timeout":
+        return (f"not started: {first.node_name}, which it joins, was not ready for it after "
+                f"{first.startup_timeout_s:.0f}s (see {log})")
     return None
 
 

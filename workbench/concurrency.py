@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import copy
+import itertools
 import math
 import queue
 import threading
@@ -35,6 +36,11 @@ Concurrency = int | Literal["auto"]  # what a config's `concurrency` holds
 AUTO_START = 4  # requests in flight before anything is measured
 AUTO_CAP = 256  # the widest window "auto" opens (threads and connections are sized for it)
 REFERENCE_DEPTH = 32  # what a plain fixed loop (a raw ceiling) uses when the config says "auto"
+# An interval of the re-check spans at least this many mean latencies. Why: on a long round trip a window's
+# completions arrive in bursts of `depth`, and an interval from the first completion of one burst to the
+# next burst counts two windows in one round trip: at 50 ms the Python driver's 19 in flight read as fast as
+# 37, and the re-check kept 19 (one window too many in k round trips: (k + 1) / k).
+RECHECK_ROUND_TRIPS = 4
 
 
 # ------------------------------------------------------------------------------------------ pickling
@@ -243,7 +249,9 @@ class AutoWindow(PicklesWithoutLocks):
             if remaining is not None and remaining <= 0:  # the tail drains: its rates say nothing
                 return
             elapsed = now - self._t0
-            shortest = self.recheck_interval_s if self.rechecking else self.min_interval_s
+            shortest = self.min_interval_s
+            if self.rechecking:  # short, but whole round trips: a window's completions come in bursts
+                shortest = max(self.recheck_interval_s, RECHECK_ROUND_TRIPS * self._latency_sum / self._count)
             if self._count < self._depth or (elapsed < shortest and not self.ramping):
                 return
             depth = self._depth
@@ -489,7 +497,8 @@ def in_flight(keys: Iterable[K], submit: Callable[[K], Future[V]], depth: Concur
     keys = iter(keys)
     try:
         while True:
-            for key in keys:
+            # up to the depth now: none while a narrowed window still has more outstanding than it allows
+            for key in itertools.islice(keys, max(0, window.depth - len(running))):
                 if adaptive:
                     started = window.started()
                     future = submit(key)
@@ -501,8 +510,6 @@ def in_flight(keys: Iterable[K], submit: Callable[[K], Future[V]], depth: Concur
                     in_order.append((key, future))
                 else:
                     future.add_done_callback(lambda f, k=key: completed.put((k, f)))
-                if len(running) >= window.depth:
-                    break
             if not running:
                 return
             if ordered:

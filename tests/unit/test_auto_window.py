@@ -260,3 +260,81 @@ def test_in_flight_follows_a_window_that_widens():
     assert out == list(range(400))
     assert window.history[0] == 2 and max(window.history) > 2
     assert peak > 2 and peak <= 16
+
+
+def test_the_recheck_on_a_long_round_trip_is_not_fooled_by_bursts():
+    """50 ms, 1,000/s server: a window's completions arrive in bursts; an interval of one round trip would count
+    two bursts and read half the depth as fast. Whole round trips keep the depth the round trip needs."""
+    window = simulate(latency_s=0.05, service_s=0.001)
+    depth = window.depth
+    assert depth >= 50, window.history
+    run_epoch(window, latency_s=0.05, service_s=0.001)
+    assert window.rechecked and window.depth >= 50, (window.history, window.measured)
+
+
+class Narrowing:
+    """A window of `wide` that narrows to `narrow` after `after` completions, tracking what was outstanding."""
+
+    def __init__(self, wide: int, narrow: int, after: int) -> None:
+        self.depth, self.narrow, self.after = wide, narrow, after
+        self.history: list[int] = []
+        self.measured: list[tuple[int, float, float]] = []
+        self.done = self.outstanding = 0
+        self.peak_after = 0  # the most outstanding once the requests sent before the change are back
+        self.changed_at: int | None = None  # completions when it narrowed
+        self.lock = threading.Lock()
+
+    def started(self) -> float:
+        with self.lock:
+            self.outstanding += 1
+            if self.changed_at is not None and self.done >= self.changed_at + self.after:
+                self.peak_after = max(self.peak_after, self.outstanding)
+        return 0.0
+
+    def finished(self, started_at: float) -> None:
+        with self.lock:
+            self.outstanding -= 1
+            self.done += 1
+            if self.done == self.after:
+                self.depth, self.changed_at = self.narrow, self.done
+
+    def begin(self, total: int | None) -> None:
+        pass
+
+    def stall(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+
+def test_in_flight_follows_a_window_that_narrows():
+    """Once the window narrows, in_flight sends nothing until fewer than the new depth are outstanding (it used
+    to send one for each one handed over, so a window never shrank within a run)."""
+    window = Narrowing(wide=16, narrow=2, after=40)
+    with ThreadPoolExecutor(16) as pool:
+        out = [k for k, _ in in_flight(range(300), lambda k: pool.submit(time.sleep, 0.002), window)]  # type: ignore[arg-type]
+    assert out == list(range(300))
+    assert 1 <= window.peak_after <= 2, window.peak_after
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_the_native_cassandra_submitters_follow_a_window_that_narrows(ordered):
+    import asyncio
+
+    from workbench.loaders.cassandra_native import _as_completed, _in_order
+
+    window = Narrowing(wide=16, narrow=2, after=40)
+    got: list[str] = []
+
+    async def read(key: str) -> str:
+        await asyncio.sleep(0.002)
+        return key
+
+    async def emit(item: str) -> None:
+        got.append(item)
+
+    keys = [str(i) for i in range(300)]
+    asyncio.run((_in_order if ordered else _as_completed)(keys, read, emit, window))  # type: ignore[arg-type]
+    assert (got if ordered else sorted(got, key=int)) == keys
+    assert 1 <= window.peak_after <= 2, window.peak_after

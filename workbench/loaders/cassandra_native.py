@@ -449,7 +449,7 @@ async def _in_order(keys: list[str], read: Callable[[str], Awaitable[Item]],
     try:
         for key in keys:
             window.append(loop.create_task(read(key)))  # type: ignore[arg-type]
-            if len(window) >= depth.depth:
+            while len(window) >= depth.depth:  # `while`: a window that narrowed shrinks to its new depth
                 await emit(await window.popleft())
         while window:
             await emit(await window.popleft())
@@ -481,6 +481,9 @@ async def _as_completed(keys: list[str], read: Callable[[str], Awaitable[Item]],
             if len(active) < depth.depth and taken < len(keys):
                 more.set()
             await emit(item)
+            if len(active) > depth.depth:  # the window narrowed: one reader fewer
+                active.discard(asyncio.current_task())  # type: ignore[arg-type]
+                return
 
     def start_readers() -> None:
         spare = len(keys) - taken  # keys no reader has taken yet

@@ -37,9 +37,9 @@ AUTO_START = 4  # requests in flight before anything is measured
 AUTO_CAP = 256  # the widest window "auto" opens (threads and connections are sized for it)
 REFERENCE_DEPTH = 32  # what a plain fixed loop (a raw ceiling) uses when the config says "auto"
 # An interval of the re-check spans at least this many mean latencies. Why: on a long round trip a window's
-# completions arrive in bursts of `depth`, and an interval from the first completion of one burst to the
-# next burst counts two windows in one round trip: at 50 ms the Python driver's 19 in flight read as fast as
-# 37, and the re-check kept 19 (one window too many in k round trips: (k + 1) / k).
+# completions come in bursts about one round trip apart, and an interval of a round trip or two counts a
+# burst more or less depending on where it starts and ends (up to (k + 1) / k of the rate over k round trips),
+# where the re-check tells depths apart by 5 %.
 RECHECK_ROUND_TRIPS = 4
 
 
@@ -154,10 +154,10 @@ class AutoWindow(PicklesWithoutLocks):
     CPU stay under, so wider depths looked profitable. The re-check judges by rate alone: it measures the
     depth again, then narrower ones while they hold its rate, or, when the first narrower one does not,
     wider ones while they raise it, and keeps the best. Each depth's rate is the best of `recheck_intervals`
-    intervals of at least `recheck_interval_s` (a fast local reader's epoch lasts a fraction of a second;
-    one interval on a shared CPU once read 128 files in flight faster than 64). While the submitter waits on its
-    consumer (`stall` to `resume`: a full output queue) nothing is measured: such intervals time the
-    consumer, not the window. Thread-safe; `clock` is injectable so the logic runs on simulated time.
+    intervals of at least `recheck_interval_s` (short: a fast local reader's epoch lasts a fraction of a
+    second; two: one short interval on a shared CPU is noisy). While the submitter waits on its consumer
+    (`stall` to `resume`: a full output queue) nothing is measured: such intervals time the consumer, not
+    the window. Thread-safe; `clock` is injectable so the logic runs on simulated time.
     """
 
     def __init__(self, start: int = AUTO_START, cap: int = AUTO_CAP, growth: float = 2.0, min_gain: float = 0.05,
@@ -356,7 +356,7 @@ class AutoWindow(PicklesWithoutLocks):
 
         By rate alone, with no floor from latency: the lowest latency seen may come from another epoch, and a
         depth the round trip needs loses rate when narrowed (measured: fs settled at 64-128 files after a cold
-        first epoch, where 16 read 1.7x faster on warm epochs).
+        first epoch, where 16 read 1.3x faster on warm epochs).
         """
         self.measured.append((self._depth, round(rate, 1), round(latency_s * 1000, 2)))
         self._recheck_peak, self._recheck_seen = max(self._recheck_peak, rate), self._recheck_seen + 1

@@ -368,16 +368,15 @@ class AutoWindow(PicklesWithoutLocks):
             held = best == 0.0 or rate >= best * (1 - self.min_gain)  # the first interval: the reference
         else:
             held = rate > best * (1 + self.min_gain)
-        if held:
-            self._recheck_rate, self._recheck_depth = max(best, rate), self._depth
-        elif self._recheck_step > 0 or self._recheck_depth != self._recheck_from:
+        if not held and (self._recheck_step > 0 or self._recheck_depth != self._recheck_from):
             self._end_recheck()  # a narrower one held, then the next lost; or a wider one gained nothing
             return
-        else:
-            self._recheck_step = 1  # the first narrower one lost: wider ones, from where it started
-        following = self._recheck_next()
-        if following == self._recheck_depth and self._recheck_step < 0 and self._recheck_depth == self._recheck_from:
-            self._recheck_step = 1  # nothing narrower than 1
+        if held:
+            self._recheck_rate, self._recheck_depth = max(best, rate), self._depth
+        following = self._recheck_next() if held else self._recheck_depth
+        if following == self._recheck_depth == self._recheck_from and self._recheck_step < 0:
+            # no narrower one held (the first lost, or there is none below 1): wider ones, from where it started
+            self._recheck_step = 1
             following = self._recheck_next()
         if following == self._recheck_depth:
             self._end_recheck()

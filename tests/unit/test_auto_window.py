@@ -1,5 +1,6 @@
 """AutoWindow on simulated time: a server with a fixed round trip and a bounded service rate, no sleeping."""
 
+import asyncio
 import heapq
 import pickle
 import random
@@ -10,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from workbench.concurrency import AUTO_CAP, AutoWindow, FixedWindow, fixed_depth, in_flight, make_window, pool_size
+from workbench.loaders.cassandra_native import _as_completed, _in_order
 
 
 class Clock:
@@ -321,10 +323,6 @@ def test_in_flight_follows_a_window_that_narrows():
 
 @pytest.mark.parametrize("ordered", [True, False])
 def test_the_native_cassandra_submitters_follow_a_window_that_narrows(ordered):
-    import asyncio
-
-    from workbench.loaders.cassandra_native import _as_completed, _in_order
-
     window = Narrowing(wide=16, narrow=2, after=40)
     got: list[str] = []
 

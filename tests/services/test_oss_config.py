@@ -212,3 +212,23 @@ def test_checkpoint_with_endpoint_credentials_and_config(settings, bucket, tmp_p
     text = log_file.read_text()
     assert f"wrote checkpoint {uri}: {size} bytes in 3 part(s)" in text and f"reading checkpoint {uri}" in text
     assert sts_credentials["SecretAccessKey"] not in text
+
+
+def test_persistent_workers_follow_set_epoch(settings, bucket):
+    """Workers that persist across epochs read each epoch in the order `set_epoch` gives in the main process (the
+    order workers started for that epoch read), not in the first epoch's order again."""
+    name, objects = bucket
+    ds = ObjectIterableDataset.from_prefix(f"s3://{name}/data/", settings, _Read(), shuffle=True, seed=7)
+
+    def keys(**kw):
+        return [key for batch in DataLoader(ds, batch_size=4, num_workers=2, collate_fn=lambda b: b, **kw)
+                for key, _ in batch]
+
+    persistent = DataLoader(ds, batch_size=4, num_workers=2, collate_fn=lambda b: b, persistent_workers=True)
+    orders = []
+    for epoch in (0, 1, 2):
+        ds.set_epoch(epoch)
+        got = [key for batch in persistent for key, _ in batch]
+        assert got == keys()
+        orders.append(got)
+    assert sorted(orders[0]) == sorted(objects) and orders[0] != orders[1] != orders[2]

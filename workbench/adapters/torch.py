@@ -16,6 +16,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
 from workbench.loaders import LOADERS, Batch, Item, Loader, loader_class, make_loader
+from workbench.loaders.epoch_channel import EpochChannel
 
 
 class LoaderDataset(IterableDataset):
@@ -23,7 +24,8 @@ class LoaderDataset(IterableDataset):
 
     Each worker builds its own loader (own connections) for shard (rank, worker) of the flat
     shard space, so ranks x workers deliver every sample of the split exactly once per epoch.
-    Call `set_epoch(e)` before each epoch when shuffling (as with DistributedSampler).
+    Call `set_epoch(e)` before each epoch when shuffling (as with DistributedSampler); persistent workers get
+    it too (`EpochChannel`).
 
     Resumable (torchdata's Stateful convention): `state_dict()` is this reader's loader state (epoch, items of
     its order delivered), `load_state_dict(state)` makes the next iteration deliver the rest of that epoch.
@@ -39,14 +41,24 @@ class LoaderDataset(IterableDataset):
         self.config = loader_class(loader).Config(**config).model_dump()  # validate now, before any worker starts
         self.transform = transform or as_tuple
         self.epoch = 0
+        self._epochs = EpochChannel()  # set_epoch's epochs, for this dataset's copies in persistent workers
         self._pending: dict[str, Any] | None = None  # loaded, for the next iteration
         self._report: dict[str, Any] | None = None  # what state_dict says while no loader is reading
         self._live: Loader | None = None  # the loader of the iteration in progress (in this process)
 
     def set_epoch(self, epoch: int) -> None:
+        self._apply_epoch(epoch)
+        self._epochs.send(epoch)
+
+    def _apply_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
             self._pending = self._report = None
         self.epoch = epoch
+
+    def _follow_main(self) -> None:
+        """In a persistent worker: the epoch the main process set since this copy last looked."""
+        if (epoch := self._epochs.receive()) is not None:
+            self._apply_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
         """This reader's loader state: the one reading now, else where the last iteration stopped (or the loaded
@@ -60,6 +72,7 @@ class LoaderDataset(IterableDataset):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state` (checked now against this reader: a mismatch is one WorkbenchError line)."""
+        self._follow_main()  # a set_epoch sent before this state was loaded comes first, as it did there
         cls = loader_class(self.loader)
         resume = cls.check_state(state, cls.Config(**self.config), *_worker())
         self.epoch = resume.epoch
@@ -71,6 +84,7 @@ class LoaderDataset(IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         # Not a generator: the loaded state is taken now, so a state_dict() asked before the first element
         # (StatefulDataLoader asks at once) describes this iteration, not the last.
+        self._follow_main()
         resume, self._pending = self._pending, None
         self._report = resume
         return self._read(resume)

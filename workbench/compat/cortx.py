@@ -251,7 +251,7 @@ class RemoteDataset(Resumable, IterableDataset):
             field = ".".join(str(p) for p in first["loc"]) or "config"
             raise WorkbenchError(f"invalid RemoteDataset setting '{field}': {first['msg']}") from exc
         self.stages: list[Callable[[Iterator], Iterator]] = []
-        self.epoch = 0
+        self._start_epochs()
 
     # ------------------------------------------------------------------------------------ pipeline
 
@@ -319,11 +319,6 @@ class RemoteDataset(Resumable, IterableDataset):
 
     def _order(self) -> S3ShardsConfig:
         return self.config
-
-    def set_epoch(self, epoch: int) -> None:
-        if epoch != self.epoch:
-            self._reset_state()
-        self.epoch = epoch
 
     def __iter__(self) -> Iterator[Any]:
         # Not a generator: the loaded state is taken now (StatefulDataLoader asks for a state at once).

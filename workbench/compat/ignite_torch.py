@@ -37,14 +37,10 @@ class IgniteTorchDataset(Resumable, IterableDataset):
                                      keyfile, cert_password, settings)
         effective_shard(shard_id, num_shards)  # validates
         self.shard_id, self.num_shards = shard_id, num_shards
-        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+        self.shuffle, self.seed = shuffle, seed
+        self._start_epochs()
         self.transform = transform
         self._partitions: int | None = None
-
-    def set_epoch(self, epoch: int) -> None:
-        if epoch != self.epoch:
-            self._reset_state()
-        self.epoch = epoch
 
     # resuming (torchdata's Stateful convention, `workbench.compat.resumable`): the loaders' state format, plus
     # where in this reader's partitions it stopped (`partition`: index into them, `offset`: entries of it

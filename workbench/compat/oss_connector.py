@@ -338,13 +338,8 @@ class ObjectIterableDataset(Resumable, _Objects, IterableDataset):
         super().__init__(refs, settings, transform, prefetch_concurrency, via_proxy, **access)
         effective_shard(shard_id, num_shards)  # rejects bad ranks now
         self.shuffle, self.seed, self.shard_id, self.num_shards = shuffle, seed, shard_id, num_shards
-        self.epoch = 0
+        self._start_epochs()
         self._digest: str | None = None
-
-    def set_epoch(self, epoch: int) -> None:
-        if epoch != self.epoch:
-            self._reset_state()
-        self.epoch = epoch
 
     def __len__(self) -> int:
         """Objects of this rank (all DataLoader workers together)."""

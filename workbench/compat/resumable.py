@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from workbench.errors import WorkbenchError
+from workbench.loaders.epoch_channel import EpochChannel
 from workbench.loaders.resume import Resume, check_state, make_state
 
 
@@ -59,7 +60,26 @@ class Resumable:
     _pending: dict[str, Any] | None = None  # loaded, for the next iteration
     _report: dict[str, Any] | None = None  # what state_dict says while no reader is reading
     _live: Reader | None = None  # the reader of the iteration in progress (in this process)
+    _epochs: EpochChannel  # set_epoch's epochs, for the copies in persistent workers: made by `_start_epochs`
     epoch: int = 0
+
+    def _start_epochs(self) -> None:
+        """In `__init__`: epoch 0, and the channel that takes set_epoch's epochs to persistent workers."""
+        self.epoch, self._epochs = 0, EpochChannel()
+
+    def set_epoch(self, epoch: int) -> None:
+        self._apply_epoch(epoch)
+        self._epochs.send(epoch)
+
+    def _apply_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self._reset_state()
+        self.epoch = epoch
+
+    def _follow_main(self) -> None:
+        """In a persistent worker: the epoch the main process set since this copy last looked."""
+        if (epoch := self._epochs.receive()) is not None:
+            self._apply_epoch(epoch)
 
     def _order(self) -> Order:
         raise NotImplementedError
@@ -80,11 +100,13 @@ class Resumable:
         return check_state(self._state_name, state, self._order(), *worker())  # type: ignore[arg-type]
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._follow_main()  # a set_epoch sent before this state was loaded comes first, as it did there
         resume = self.check(state)
         self.epoch = resume.epoch
         self._pending = self._report = dict(state)
 
     def _begin(self) -> dict[str, Any] | None:
+        self._follow_main()
         resume, self._pending = self._pending, None
         self._report = resume
         return resume

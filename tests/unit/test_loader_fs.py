@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import pickle
 import uuid
 from collections import Counter
@@ -117,6 +118,51 @@ def test_persistent_workers_read_each_epoch_in_the_order_set_epoch_gives(setting
         orders.append(got)
     assert sorted(orders[0]) == sorted(train)
     assert orders[0] != orders[1] != orders[2] and orders[3] == orders[1]
+
+
+def test_the_dataset_keeps_one_loader_per_process_from_epoch_to_epoch(settings, source, dataset):
+    """As a training job keeps its connections and settled window: one loader for every epoch read here."""
+    _, root, train = dataset
+    ds = LoaderDataset("fs", settings, dataset=source.name, root=str(root), concurrency=4, shuffle_buffer=20)
+    loaders = []
+    for epoch in (0, 1, 2):
+        ds.set_epoch(epoch)
+        keys = [key for _, _, key in ds]
+        with make_loader("fs", settings, dataset=source.name, root=root, concurrency=4, shuffle_buffer=20) as fresh:
+            fresh.set_epoch(epoch)
+            assert keys == [item.key for item in fresh]
+        loaders.append(ds._kept[1])
+    assert loaders[0] is loaders[1] is loaders[2] and loaders[0].samples == 3 * len(train)
+    inner = iter(ds)  # a second iteration while one reads: a loader of its own, both whole
+    assert Counter(k for (_, _, k), _ in zip(iter(ds), inner, strict=True)) == Counter(list(train))
+    assert ds._kept[1] is loaders[0]
+
+
+def test_after_a_failed_iteration_the_next_one_reads_with_a_new_loader(settings, source, dataset):
+    layout, root, train = dataset
+    ds = LoaderDataset("fs", settings, dataset=source.name, root=str(root), concurrency=4)
+    assert len(list(ds)) == len(train)
+    first = ds._kept[1]
+    victim = next(p for p in sorted((root / "train").rglob("*")) if p.is_file() and (
+        p.suffix == ".tar" if layout == "shards" else p.suffix == ".jpg"))
+    kept = victim.read_bytes()
+    victim.unlink()
+    with pytest.raises(WorkbenchError, match="missing"):
+        list(ds)
+    assert ds._kept is None
+    victim.write_bytes(kept)
+    assert Counter(key for _, _, key in ds) == Counter(list(train))
+    assert ds._kept[1] is not first
+
+
+def test_a_forked_worker_makes_its_own_loader_after_the_parent_read(settings, source, dataset):
+    """The parent's kept loader holds threads that a forked child does not have: using it there would hang."""
+    _, root, train = dataset
+    ds = LoaderDataset("fs", settings, dataset=source.name, root=str(root), concurrency=4)
+    assert len(list(ds)) == len(train)
+    loader = DataLoader(ds, batch_size=8, num_workers=2, collate_fn=collate_raw, timeout=60,
+                        multiprocessing_context=multiprocessing.get_context("fork"))
+    assert Counter(k for batch in loader for k in batch["key"]) == Counter(list(train))
 
 
 def test_shuffle_epochs_differ_seed_reproducible(settings, source, dataset):

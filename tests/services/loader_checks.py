@@ -9,6 +9,8 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from shm_checks import in_shared_memory
+
 from workbench.backends import Backend, make_backend
 from workbench.ingest import ingest
 from workbench.loaders import Item, make_loader
@@ -103,7 +105,7 @@ def check_batches_are_exactly_the_split(stack, loader: str, name: str, expected:
 
 def check_worker_batches_arrive_in_shared_memory(stack, loader: str, name: str, expected: dict, workers: int) -> None:
     """`BatchDataset` in DataLoader workers: each sample once, byte-identical, and every batch's payload
-    tensor in shared memory (handed over, not pickled through the worker's pipe)."""
+    tensor in shared memory (a slot of the worker's ring, handed over, not pickled through the worker's pipe)."""
     from torch.utils.data import DataLoader
 
     from workbench.adapters.torch import BatchDataset, payloads, worker_context
@@ -112,7 +114,7 @@ def check_worker_batches_arrive_in_shared_memory(stack, loader: str, name: str, 
     keys: Counter = Counter()
     for element in DataLoader(data, batch_size=None, num_workers=workers,
                               multiprocessing_context=worker_context(stack, workers)):
-        assert element["data"].is_shared()
+        assert in_shared_memory(element["data"])
         for key, raw in zip(element["key"], payloads(element), strict=True):
             assert raw.numpy().tobytes() == expected[key].data
         keys.update(element["key"])

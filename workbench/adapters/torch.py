@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from workbench.adapters.worker_ring import labels_value, worker_ring
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
 from workbench.loaders import LOADERS, Batch, Item, Loader, loader_class, make_loader
@@ -140,7 +141,8 @@ class BatchDataset(LoaderDataset):
 
     Why: the payloads of a batch travel as one uint8 tensor plus offsets (see `workbench.data.Batch`), so a
     DataLoader worker hands them to the main process through shared memory instead of pickling every
-    sample's bytes through a pipe, and the main process touches one object per batch. Elements:
+    sample's bytes through a pipe, and the main process touches one object per batch. Without a transform, a
+    worker's batches go through its ring of reused shared-memory slots (`workbench.adapters.worker_ring`). Elements:
     {"data": uint8 [bytes], "offsets": int64 [n + 1], "label": int64 [n] (-1: none) or a list of blobs,
     "key": list of ids}; `payloads(batch)` slices the samples out without copying. A `transform` gets and
     returns such a dict (e.g. `decode_batch`), in the worker. Resumable like `LoaderDataset` (state in samples).
@@ -148,7 +150,11 @@ class BatchDataset(LoaderDataset):
 
     def _elements(self, loader: Loader) -> Iterator[Any]:
         transform = None if self.transform is as_tuple else self.transform
+        ring = worker_ring() if transform is None else None  # in a worker: the batch travels in a reused slot
         for batch in loader.batches():
+            if ring is not None and (packed := ring.pack(batch)) is not None:
+                yield packed
+                continue
             element = batch_tensors(batch)
             yield transform(element) if transform else element
 
@@ -168,11 +174,8 @@ def _worker() -> tuple[int, int]:
 
 def batch_tensors(batch: Batch) -> dict[str, Any]:
     """A Batch as tensors that share its buffer (no copy)."""
-    labels: Any = list(batch.labels)
-    if all(label is None or isinstance(label, int) for label in labels):
-        labels = torch.tensor([-1 if label is None else label for label in labels], dtype=torch.int64)
     return {"data": torch.from_numpy(batch.buffer), "offsets": torch.from_numpy(batch.offsets),
-            "label": labels, "key": list(batch.keys)}
+            "label": labels_value(list(batch.labels)), "key": list(batch.keys)}
 
 
 def payloads(element: dict[str, Any]) -> list[torch.Tensor]:

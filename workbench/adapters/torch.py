@@ -20,16 +20,16 @@ from workbench.adapters.worker_ring import labels_value, worker_ring
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
 from workbench.loaders import LOADERS, Batch, Item, Loader, loader_class, make_loader
-from workbench.loaders.epoch_channel import EpochChannel
+from workbench.loaders.epoch_channel import FollowsSetEpoch
 
 
-class LoaderDataset(IterableDataset):
+class LoaderDataset(FollowsSetEpoch, IterableDataset):
     """Yields `transform(item)` for this rank's and this DataLoader worker's share of an epoch.
 
     Each worker builds its own loader (own connections) for shard (rank, worker) of the flat
     shard space, so ranks x workers deliver every sample of the split exactly once per epoch.
     Call `set_epoch(e)` before each epoch when shuffling (as with DistributedSampler); persistent workers get
-    it too (`EpochChannel`).
+    it too (`FollowsSetEpoch`).
 
     Resumable (torchdata's Stateful convention): `state_dict()` is this reader's loader state (epoch, items of
     its order delivered), `load_state_dict(state)` makes the next iteration deliver the rest of that epoch.
@@ -44,26 +44,15 @@ class LoaderDataset(IterableDataset):
         self.settings = settings
         self.config = loader_class(loader).Config(**config).model_dump()  # validate now, before any worker starts
         self.transform = transform or as_tuple
-        self.epoch = 0
-        self._epochs = EpochChannel()  # set_epoch's epochs, for this dataset's copies in persistent workers
+        self._start_epochs()  # set_epoch's epochs reach this dataset's copies in persistent workers
         self._pending: dict[str, Any] | None = None  # loaded, for the next iteration
         self._report: dict[str, Any] | None = None  # what state_dict says while no loader is reading
         self._live: Loader | None = None  # the loader of the iteration in progress (in this process)
-        self._kept: tuple[int, Loader] | None = None  # (pid, loader): this process's loader, from epoch to epoch
+        self._kept: tuple[int, Loader, weakref.finalize] | None = None  # this process's loader (pid, loader, closer)
 
-    def set_epoch(self, epoch: int) -> None:
-        self._apply_epoch(epoch)
-        self._epochs.send(epoch)
-
-    def _apply_epoch(self, epoch: int) -> None:
-        if epoch != self.epoch:
-            self._pending = self._report = None
-        self.epoch = epoch
-
-    def _follow_main(self) -> None:
-        """In a persistent worker: the epoch the main process set since this copy last looked."""
-        if (epoch := self._epochs.receive()) is not None:
-            self._apply_epoch(epoch)
+    def _reset_state(self) -> None:
+        """A new epoch: forget a loaded or reported state."""
+        self._pending = self._report = None
 
     def state_dict(self) -> dict[str, Any]:
         """This reader's loader state: the one reading now, else where the last iteration stopped (or the loaded
@@ -119,16 +108,15 @@ class LoaderDataset(IterableDataset):
         pid = os.getpid()
         if self._kept is None or self._kept[0] != pid:
             loader = make_loader(self.loader, self.settings, *_worker(), **self.config)
-            weakref.finalize(self, _close_in, pid, loader)
-            self._kept = (pid, loader)
-        loader = self._kept[1]
+            self._kept = (pid, loader, weakref.finalize(self, _close_in, pid, loader))
+        _, loader, close = self._kept
         try:
             yield loader
         except GeneratorExit:  # the consumer stopped early: the loader is fine
             raise
         except BaseException:
             self._kept = None
-            _close_in(pid, loader)
+            close()  # once: the finalizer is spent
             raise
 
     def _elements(self, loader: Loader) -> Iterator[Any]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from workbench.errors import WorkbenchError
-from workbench.loaders.epoch_channel import EpochChannel
+from workbench.loaders.epoch_channel import FollowsSetEpoch
 from workbench.loaders.resume import Resume, check_state, make_state
 
 
@@ -49,7 +49,7 @@ class Order:
     ordered: bool = True
 
 
-class Resumable:
+class Resumable(FollowsSetEpoch):
     """Mixin: state_dict / load_state_dict for a dataset whose `__iter__` reads with a `Reader`.
 
     Subclasses define `_state_name`, `_order()` and `epoch`, and in `__iter__` call `_begin()` (the state to
@@ -60,26 +60,6 @@ class Resumable:
     _pending: dict[str, Any] | None = None  # loaded, for the next iteration
     _report: dict[str, Any] | None = None  # what state_dict says while no reader is reading
     _live: Reader | None = None  # the reader of the iteration in progress (in this process)
-    _epochs: EpochChannel  # set_epoch's epochs, for the copies in persistent workers: made by `_start_epochs`
-    epoch: int = 0
-
-    def _start_epochs(self) -> None:
-        """In `__init__`: epoch 0, and the channel that takes set_epoch's epochs to persistent workers."""
-        self.epoch, self._epochs = 0, EpochChannel()
-
-    def set_epoch(self, epoch: int) -> None:
-        self._apply_epoch(epoch)
-        self._epochs.send(epoch)
-
-    def _apply_epoch(self, epoch: int) -> None:
-        if epoch != self.epoch:
-            self._reset_state()
-        self.epoch = epoch
-
-    def _follow_main(self) -> None:
-        """In a persistent worker: the epoch the main process set since this copy last looked."""
-        if (epoch := self._epochs.receive()) is not None:
-            self._apply_epoch(epoch)
 
     def _order(self) -> Order:
         raise NotImplementedError

@@ -67,3 +67,35 @@ class EpochChannel:
             return None
         self._sent = sent
         return epoch
+
+
+class FollowsSetEpoch:
+    """Mixin for a torch dataset: `set_epoch` that also reaches the dataset's copies in persistent workers.
+
+    Call `_start_epochs()` in `__init__` and `_follow_main()` where an iteration starts and before a state is
+    loaded; `_reset_state()` forgets a loaded state when the epoch changes.
+    """
+
+    epoch: int = 0
+    _epochs: EpochChannel
+
+    def _start_epochs(self) -> None:
+        self.epoch, self._epochs = 0, EpochChannel()
+
+    def _reset_state(self) -> None:
+        raise NotImplementedError
+
+    def set_epoch(self, epoch: int) -> None:
+        """Like DistributedSampler.set_epoch: the next iteration reads this epoch's order, here and in workers."""
+        self._apply_epoch(epoch)
+        self._epochs.send(epoch)
+
+    def _apply_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self._reset_state()
+        self.epoch = epoch
+
+    def _follow_main(self) -> None:
+        """In a persistent worker: the epoch the main process set since this copy last looked."""
+        if (epoch := self._epochs.receive()) is not None:
+            self._apply_epoch(epoch)

@@ -102,12 +102,12 @@ class LoaderDataset(FollowsSetEpoch, IterableDataset):
         iteration, closed with the dataset; made afresh after an iteration that failed, and in a forked worker
         (its parent's is not its own). A second iteration while one is reading gets a loader of its own."""
         if self._live is not None:
-            with make_loader(self.loader, self.settings, *_worker(), **self.config) as loader:
+            with self._new_loader() as loader:
                 yield loader
             return
         pid = os.getpid()
         if self._kept is None or self._kept[0] != pid:
-            loader = make_loader(self.loader, self.settings, *_worker(), **self.config)
+            loader = self._new_loader()
             self._kept = (pid, loader, weakref.finalize(self, _close_in, pid, loader))
         _, loader, close = self._kept
         try:
@@ -118,6 +118,9 @@ class LoaderDataset(FollowsSetEpoch, IterableDataset):
             self._kept = None
             close()  # once: the finalizer is spent
             raise
+
+    def _new_loader(self) -> Loader:
+        return make_loader(self.loader, self.settings, *_worker(), **self.config)
 
     def _elements(self, loader: Loader) -> Iterator[Any]:
         for item in loader:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
 from workbench.data.batch import Batch
 
@@ -34,6 +35,11 @@ def labels_value(labels: list[int | bytes | None]) -> Any:
     if all(label is None or isinstance(label, int) for label in labels):
         return torch.tensor([-1 if label is None else label for label in labels], dtype=torch.int64)
     return list(labels)
+
+
+def _first_bytes(storage: torch.UntypedStorage, size: int) -> np.ndarray:
+    """The first `size` bytes of `storage` as a uint8 array over the same memory."""
+    return torch.empty(0, dtype=torch.uint8).set_(storage, 0, (size,)).numpy()
 
 
 class WorkerRing:
@@ -59,8 +65,7 @@ class WorkerRing:
             storage = new = torch.UntypedStorage._new_shared(max(size + size // 4, MIN_SLOT_BYTES))
             self._slots[slot] = storage
             self._generation[slot] += 1
-        target = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (size,)).numpy()
-        np.copyto(target, batch.buffer)
+        np.copyto(_first_bytes(storage, size), batch.buffer)
         self._busy[slot] = 1
         flags, self._flags_sent = (None if self._flags_sent else self.flags), True
         return RingBatch(self.token, slot, self._generation[slot], size, batch.offsets.tolist(), list(batch.labels),
@@ -73,8 +78,6 @@ _ring: WorkerRing | None = None
 def worker_ring() -> WorkerRing | None:
     """This DataLoader worker's ring (made at first use); None outside a worker."""
     global _ring
-    from torch.utils.data import get_worker_info
-
     if get_worker_info() is None:
         return None
     if _ring is None or not _ring.token.startswith(f"{os.getpid()}-"):
@@ -118,7 +121,7 @@ def _element(token: str, slot: int, generation: int, size: int, offsets: list[in
     if known != generation:
         raise RuntimeError(f"worker ring {token}: slot {slot} is at generation {known} here, the worker sent "
                            f"{generation}")
-    view = torch.empty(0, dtype=torch.uint8).set_(held, 0, (size,)).numpy()
+    view = _first_bytes(held, size)
     weakref.finalize(view, _release, _flags[token], slot)  # the tensor below keeps `view` alive, its views too
     return {"data": torch.from_numpy(view), "offsets": torch.tensor(offsets, dtype=torch.int64),
             "label": labels_value(labels), "key": keys}

@@ -52,8 +52,9 @@ class Order:
 class Resumable(FollowsSetEpoch):
     """Mixin: state_dict / load_state_dict for a dataset whose `__iter__` reads with a `Reader`.
 
-    Subclasses define `_state_name`, `_order()` and `epoch`, and in `__iter__` call `_begin()` (the state to
-    resume from, or None), set `_live` to the reader while reading and call `_end(reader)` when it stops.
+    Subclasses define `_state_name` and `_order()`, call `_start_epochs()` in `__init__` (`FollowsSetEpoch`), and
+    in `__iter__` call `_begin()` (the state to resume from, or None), set `_live` to the reader while reading and
+    call `_end(reader)` when it stops.
     """
 
     _state_name = "dataset"

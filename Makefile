@@ -4,16 +4,21 @@ VENV := .venv
 BIN := $(VENV)/bin
 comma := ,
 EXTRAS ?= triton,torch,tf,dali,bench,peers,lightning,spark,dev
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-10)-$(subst $(comma),_,$(EXTRAS))
+NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock native/pyproject.toml $(wildcard native/src/*.rs)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(NATIVE_SOURCES) | sha1sum | cut -c1-10)-$(subst $(comma),_,$(EXTRAS))
 
 .PHONY: system-packages venv stack-up test-cluster stack-down stack-status demo test unit lint sweep notebooks lab fuzz
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# workbench_native (native/, Rust): the loaders' batch reads; built with cargo through maturin (README, "Why each
+# dependency"). Without cargo the loaders read on their slower paths and say how to install it.
+$(STAMP): pyproject.toml $(NATIVE_SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
+	if command -v cargo >/dev/null; then $(BIN)/python -m pip install -q ./native; \
+	else echo "cargo not found: workbench_native not built, the S3-objects and fs loaders use their slower paths"; fi
 	rm -f $(VENV)/.installed-* && touch $@
 
 # Debian packages some tests drive: chromium (the report pages in a real browser) and Open MPI (mpirun-launched

@@ -31,7 +31,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 from urllib.parse import unquote
 
-from workbench.concurrency import HasWindow, LazyPool, fixed_depth, make_window, map_in_flight, pool_size
+from workbench.concurrency import (
+    HasWindow,
+    LazyPool,
+    fixed_depth,
+    in_flight_collected,
+    make_window,
+    map_in_flight,
+    pool_size,
+)
 from workbench.config import Settings
 from workbench.data.sample import int_label
 from workbench.errors import WorkbenchError
@@ -42,6 +50,7 @@ from workbench.loaders.retry import RetryConfig, policy_of
 from workbench.loaders.s3_location import S3Location
 from workbench.loaders.s3_shards import S3StoreLoader, s3_store
 from workbench.storage import S3Store
+from workbench.storage.s3_batch import GetFailed, LazyS3Batch
 
 Entry = tuple[str, str | None]  # (key relative to <prefix>/<split>/, manifest label field or None)
 
@@ -138,6 +147,10 @@ class S3ObjectsLoader(HasWindow, S3StoreLoader):
         self._entries: list[Entry] | None = None
         self._pool = LazyPool(self.config.concurrency, "s3-object-get")
         self._window = make_window(self.config.concurrency)  # kept across epochs: a settled "auto" stays
+        # GETs from one thread through workbench_native where obstore serves the store (not a user's boto3 client)
+        store = self.store
+        self._batch = (LazyS3Batch(store.settings, store.bucket, store.via_proxy, self.requests_in_flight() + 4)
+                       if store.native_reads else None)
 
     def requests_in_flight(self) -> int:
         return pool_size(self.config.concurrency)
@@ -162,15 +175,20 @@ class S3ObjectsLoader(HasWindow, S3StoreLoader):
 
     def fetch(self, entry: Entry) -> Item:
         """GET one object (and its label sidecar for blob labels) as an Item keyed by its sample id."""
-        rel, label_field = entry
-        split = self.config.split
-        key = f"{split}/{rel}"
+        key = f"{self.config.split}/{entry[0]}"
         try:
             data, meta = self.store.get(key)
         except KeyError:
             raise WorkbenchError(
                 f"object {self.store.where}/{key} is listed in the manifest but missing: re-run the ingest"
             ) from None
+        return self.item(entry, data, meta)
+
+    def item(self, entry: Entry, data: bytes, meta: dict[str, str]) -> Item:
+        """The Item of the object `entry` names, from its body and user metadata (`id`, `label`/`label-object`)."""
+        rel, label_field = entry
+        split = self.config.split
+        key = f"{split}/{rel}"
         sample_id = meta.get("id")
         if not sample_id:
             raise WorkbenchError(f"object {self.store.where}/{key} has no x-amz-meta-id: not ingested by workbench")
@@ -200,10 +218,29 @@ class S3ObjectsLoader(HasWindow, S3StoreLoader):
         mine = self.unread(epoch, self.my_entries(epoch))  # ids come with the objects: no key before the GET
         if not mine:
             return
-        yield from map_in_flight(mine, self.fetch_retrying, self._pool.get(), self._window, self.config.ordered)
+        batch = self._batch.get() if self._batch is not None else None
+        if batch is None:  # no extension, or a store on the user's boto3 client: a thread per GET in flight
+            yield from map_in_flight(mine, self.fetch_retrying, self._pool.get(), self._window, self.config.ordered)
+            return
+        split, full = self.config.split, self.store.full
+        results = in_flight_collected(mine, batch, self._window, self.config.ordered, self.collect_timeout_s(),
+                                      request=lambda entry: full(f"{split}/{entry[0]}"))
+        try:
+            for entry, got in results:
+                # a failed GET is read again through the store: its retry policy, its one-line errors
+                yield self.fetch_retrying(entry) if isinstance(got, GetFailed) else self.item(entry, *got)
+        finally:
+            results.close()
+
+    def collect_timeout_s(self) -> float:
+        """How long a window may go without any GET finishing: every try of one GET with its timeouts, and then
+        some (the client's own connect/read timeouts end a stalled GET before this)."""
+        return 4 * self.settings.timeout_s + 5
 
     def close(self) -> None:
         self._pool.close()
+        if self._batch is not None:
+            self._batch.close()
 
 
 class S3NaiveLoader(S3ObjectsLoader):

@@ -127,6 +127,8 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
 class BotoS3Store(Store):
     """Keys under ``s3://bucket/prefix/`` through one thread-safe boto3 client; errors become WorkbenchErrors."""
 
+    native_reads = False  # only boto3 reads for this store (NativeS3Store: obstore and `s3_batch` too)
+
     def __init__(self, settings: Settings, bucket: str, prefix: str = "", via_proxy: bool = False,
                  connections: int = 64) -> None:
         if not _BUCKET.match(bucket) or ".." in bucket:

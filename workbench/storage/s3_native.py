@@ -144,6 +144,11 @@ class NativeS3Store(BotoS3Store):
         """boto3 for everything: a user's boto3 client, or a process forked after obstore ran here."""
         return self._boto_only or _RUNTIME["inherited"]
 
+    @property
+    def native_reads(self) -> bool:
+        """Whether native clients (obstore, `s3_batch`) may read for this store: not over a user's boto3 client."""
+        return not self._boto_only
+
     @classmethod
     def from_client(cls, client: Any, bucket: str, prefix: str = "") -> NativeS3Store:
         store = super().from_client(client, bucket, prefix)

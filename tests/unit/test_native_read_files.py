@@ -1,0 +1,58 @@
+"""`workbench_native.read_files` on real files, and the fs loader's `read_many` with and without it."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from workbench.errors import WorkbenchError
+from workbench.loaders import fs
+
+native = pytest.importorskip("workbench_native", reason="the extension is built by `make venv` (needs cargo)")
+
+
+@pytest.fixture
+def files(tmp_path):
+    contents = [os.urandom(n) for n in (0, 1, 4096, 110_000, 3 * 2**20 + 7)]
+    paths = []
+    for i, data in enumerate(contents):
+        path = tmp_path / f"f{i}.bin"
+        path.write_bytes(data)
+        paths.append(path)
+    return paths, contents
+
+
+def test_reads_every_file_whole_and_in_order_as_bytes(files):
+    paths, contents = files
+    got = native.read_files([str(p) for p in reversed(paths)])
+    assert got == list(reversed(contents))
+    assert all(type(body) is bytes for body in got)
+
+
+def test_a_missing_file_is_file_not_found_naming_it(files, tmp_path):
+    paths, _ = files
+    missing = str(tmp_path / "gone.bin")
+    with pytest.raises(FileNotFoundError) as raised:
+        native.read_files([str(paths[1]), missing, str(paths[2])])
+    assert raised.value.filename == missing and raised.value.errno == errno.ENOENT
+
+
+def test_a_folder_is_an_oserror_naming_it(tmp_path):
+    with pytest.raises(OSError) as raised:
+        native.read_files([str(tmp_path)])
+    assert raised.value.filename == str(tmp_path)
+
+
+def test_read_many_is_the_same_with_and_without_the_extension(files, monkeypatch):
+    paths, contents = files
+    assert fs.read_many(paths, ["x"] * len(paths)) == contents
+    monkeypatch.setattr(fs, "load_extension", lambda slower: None)
+    assert fs.read_many(paths, ["x"] * len(paths)) == contents
+
+
+def test_read_many_names_the_missing_sample_as_read_bytes_does(files, tmp_path):
+    paths, _ = files
+    with pytest.raises(WorkbenchError, match=r"missing file .*gone\.bin \(sample 7\): deleted since the ingest"):
+        fs.read_many([paths[0], tmp_path / "gone.bin"], ["sample 6", "sample 7"])

@@ -18,7 +18,7 @@ use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::{
-    Attribute, BackoffConfig, Certificate, ClientOptions, GetOptions, GetRange, ObjectStore, RetryConfig,
+    Attribute, BackoffConfig, Certificate, ClientOptions, GetOptions, ObjectStore, RetryConfig,
 };
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyPermissionError, PyValueError};
 use pyo3::prelude::*;
@@ -43,9 +43,8 @@ fn failed(error: object_store::Error) -> (&'static str, String) {
     (kind_of(&error), format!("{error}\n\nDebug source:\n{error:#?}"))
 }
 
-async fn get(store: Arc<dyn ObjectStore>, path: Path, range: Option<(u64, u64)>) -> Outcome {
-    let options = GetOptions { range: range.map(|(start, end)| GetRange::Bounded(start..end)), ..Default::default() };
-    let result = store.get_opts(&path, options).await.map_err(failed)?;
+async fn get(store: Arc<dyn ObjectStore>, path: Path) -> Outcome {
+    let result = store.get_opts(&path, GetOptions::default()).await.map_err(failed)?;
     let metadata = result
         .attributes
         .iter()
@@ -137,22 +136,19 @@ impl S3Fetcher {
         })
     }
 
-    /// Start GET `key` (bytes `start`..`end` when given) and return at once; `wait` hands back its outcome
-    /// under `token`.
-    #[pyo3(signature = (token, key, start = None, end = None))]
-    fn submit(&self, token: u64, key: &str, start: Option<u64>, end: Option<u64>) -> PyResult<()> {
-        let range = match (start, end) {
-            (None, None) => None,
-            (Some(start), Some(end)) if start < end => Some((start, end)),
-            _ => return Err(PyValueError::new_err(format!("range of {key}: want start < end, got {start:?}..{end:?}"))),
-        };
-        let (store, sender, path) = (self.store.clone(), self.sender.clone(), Path::from(key));
+    /// Start GET `key` and return at once; `wait` hands back its outcome under `token`.
+    fn submit(&self, token: u64, key: &str) {
+        let (store, sender) = (self.store.clone(), self.sender.clone());
+        let path = Path::parse(key); // the key as it is, as obstore takes it (`Path::from` would percent-encode it)
+        let mut running = self.running.lock().unwrap(); // held until it is recorded: `wait` removes it after
         let task = self.runtime.spawn(async move {
-            let outcome = get(store, path, range).await;
+            let outcome = match path {
+                Ok(path) => get(store, path).await,
+                Err(error) => Err(failed(error.into())),
+            };
             let _ = sender.send((token, outcome));
         });
-        self.running.lock().unwrap().insert(token, task.abort_handle());
-        Ok(())
+        running.insert(token, task.abort_handle());
     }
 
     /// Outcomes of finished requests, at least one and at most `most`, waiting up to `timeout_s` for the first

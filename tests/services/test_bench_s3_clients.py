@@ -14,6 +14,8 @@ from workbench.ingest import ingest
 
 pytestmark = pytest.mark.services
 
+CHECKED = ("boto3-threads", "obstore-async", "obstore-threads", "S3Store", "native-batch")
+
 
 def test_every_client_reads_the_same_bytes(stack, tmp_path):
     settings = stack.model_copy(update={"state_dir": tmp_path})
@@ -22,9 +24,9 @@ def test_every_client_reads_the_same_bytes(stack, tmp_path):
     ingest(source, backend, progress=False)
     try:
         rows = run(settings, source.name, repeats=1, concurrency=4,
-                   clients=("boto3-threads", "obstore-async", "obstore-threads", "S3Store"))
+                   clients=CHECKED)
         expected = sum(len(s.data) for s in source if s.split == "train")
-        assert [r["client"] for r in rows] == ["boto3-threads", "obstore-async", "obstore-threads", "S3Store"]
+        assert [r["client"] for r in rows] == list(CHECKED)
         assert {(r["samples"], r["bytes"]) for r in rows} == {(len([s for s in source if s.split == "train"]),
                                                                expected)}
         assert all(r["samples_per_s"] > 0 and r["cpu_us_per_sample"] > 0 for r in rows)

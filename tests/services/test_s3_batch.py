@@ -43,13 +43,15 @@ def bucket(stack):
 
 @pytest.fixture(scope="module")
 def objects(stack, bucket):
-    """40 objects of 0 B to 300 KB with user metadata, written through the obstore store."""
+    """40 objects of 0 B to 300 KB with user metadata and odd key names (spaces, '%', '+', non-ASCII: the same
+    object for both clients, none percent-encoded twice), written through the obstore store."""
     store = S3Store(stack, bucket, "raw")
     written = {}
     for i in range(40):
-        data = os.urandom((i * 7919) % 300_000)
-        store.put(f"o/{i:03d} x.bin", data, {"id": f"sample-{i}", "label": str(i % 10)})
-        written[f"o/{i:03d} x.bin"] = (data, {"id": f"sample-{i}", "label": str(i % 10)})
+        data, metadata = os.urandom((i * 7919) % 300_000), {"id": f"sample-{i}", "label": str(i % 10)}
+        key = f"o/{i:03d} x%20+é#?.bin" if i % 2 else f"o/{i:03d}.bin"
+        store.put(key, data, metadata)
+        written[key] = (data, metadata)
     return store, written
 
 

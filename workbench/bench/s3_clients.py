@@ -2,7 +2,9 @@
 
 Clients: boto3 on threads (the old `S3Store.get`), obstore (Rust object_store; its asyncio API and its
 blocking API on threads, which is how the `Store` interface calls it), the AWS CRT client under
-s3torchconnector (on threads), and `workbench.storage.S3Store` as it is now. Each repeat runs every
+s3torchconnector (on threads), `workbench.storage.S3Store` as it is now, and our `workbench_native` fetcher
+(`storage/s3_batch.py`: object_store too, GETs submitted and collected in batches from one thread, what the
+s3-objects loader reads with). Each repeat runs every
 client once, in turn, so they share the machine's noise; the table gives the median of the repeats.
 CPU is the process's (all threads, native ones included) per sample. Run it again with
 ``workbench bench s3-clients`` or ``python -m workbench.bench.s3_clients [dataset] [--repeats N]``.
@@ -19,14 +21,17 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from workbench import catalog
+from workbench.concurrency import in_flight_collected
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.storage import S3Store
+from workbench.storage.native_ext import INSTALL_HINT
 from workbench.storage.s3 import BotoS3Store
+from workbench.storage.s3_batch import GetFailed, s3_batch
 from workbench.storage.s3_native import native_store
 
 DEFAULT_DATASET = "synthetic-classification-2000-s0"  # `workbench ingest --source synthetic:2000 -b s3-objects`
-CLIENTS = ("boto3-threads", "obstore-async", "obstore-threads", "crt-threads", "S3Store")
+CLIENTS = ("boto3-threads", "obstore-async", "obstore-threads", "crt-threads", "S3Store", "native-batch")
 Reader = Callable[[list[str]], int]  # reads every key (full keys in the bucket), returns bytes read
 
 
@@ -91,6 +96,22 @@ def crt_reader(settings: Settings, bucket: str, depth: int) -> Reader:
     return _threads(lambda key: len(client.get_object(bucket, key).read()), depth)
 
 
+def batch_reader(settings: Settings, bucket: str, depth: int) -> Reader:
+    """`workbench_native.S3Fetcher`: `depth` GETs in flight, collected in batches by this one thread."""
+    batch = s3_batch(settings, bucket, via_proxy=False, connections=depth + 4)
+    if batch is None:
+        raise WorkbenchError(f"native-batch needs workbench_native: {INSTALL_HINT}, or leave the client out")
+
+    def read(keys: list[str]) -> int:
+        total = 0
+        for key, got in in_flight_collected(keys, batch, depth, ordered=False):
+            if isinstance(got, GetFailed):
+                raise WorkbenchError(f"GET {bucket}/{key} failed: {got.text.splitlines()[0]}")
+            total += len(got[0])
+        return total
+    return read
+
+
 def run(settings: Settings, dataset: str = DEFAULT_DATASET, repeats: int = 3,
         concurrency: int = 32, clients: tuple[str, ...] = CLIENTS) -> list[dict]:
     """One row per client: median samples/s, MB/s and CPU µs/sample over `repeats` interleaved passes."""
@@ -104,6 +125,8 @@ def run(settings: Settings, dataset: str = DEFAULT_DATASET, repeats: int = 3,
         readers["crt-threads"] = crt_reader(settings, bucket, concurrency)
     if "S3Store" in clients:
         readers["S3Store"] = store_reader(settings, bucket, concurrency)
+    if "native-batch" in clients:
+        readers["native-batch"] = batch_reader(settings, bucket, concurrency)
     readers = {name: readers[name] for name in clients}
     for read in readers.values():  # connections, credentials, first-use costs: outside the timing
         read(keys[:concurrency * 2])

@@ -163,3 +163,47 @@ def test_a_failed_get_is_read_again_through_the_store_with_its_one_line_error(st
             list(loader)
     finally:
         store.put(key, *saved)
+
+
+def _read_in_child(lazy, key, results) -> None:
+    try:
+        got = [len(body) for _, (body, _) in in_flight_collected([key], lazy.get(), 1, timeout_s=5)]
+        results.put(("ok", got))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        results.put(("failed", repr(exc)))
+
+
+def test_a_forked_child_makes_its_own_fetcher(stack, objects):
+    """A fetcher a fork copied has none of its threads: a GET through it would never finish. The child must make
+    its own (fails with a timeout when `LazyS3Batch` hands the child its parent's)."""
+    import multiprocessing
+
+    from workbench.storage.s3_batch import LazyS3Batch
+
+    store, written = objects
+    key = sorted(written)[3]
+    lazy = LazyS3Batch(stack, store.bucket, False, 4)
+    assert dict(in_flight_collected([key], lazy.get(), 1, request=store.full))[key][0] == written[key][0]
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    child = context.Process(target=_read_in_child, args=(lazy, store.full(key), results))
+    child.start()
+    assert results.get(timeout=30) == ("ok", [len(written[key][0])])
+    child.join(10)
+
+
+def test_workers_forked_after_the_parent_read_read_everything(stack, bucket, dataset):
+    """DataLoader workers forked after the main process read (its fetcher exists): every sample, once; the
+    DataLoader's timeout turns a hang into a failure."""
+    import multiprocessing
+
+    from torch.utils.data import DataLoader
+
+    from workbench.adapters.torch import LoaderDataset, collate_raw
+
+    source, expected = dataset
+    ds = LoaderDataset("s3-objects", stack, dataset=source.name, bucket=bucket, concurrency=8)
+    assert len([k for b in DataLoader(ds, batch_size=16, collate_fn=collate_raw) for k in b["key"]]) == N
+    forked = DataLoader(ds, batch_size=16, num_workers=2, collate_fn=collate_raw, timeout=60,
+                        multiprocessing_context=multiprocessing.get_context("fork"))
+    assert Counter(k for b in forked for k in b["key"]) == Counter(list(expected))

@@ -20,7 +20,6 @@ from typing import Any
 
 from workbench.config import Settings
 from workbench.storage.native_ext import load_extension
-from workbench.storage.s3_native import _RUNTIME
 
 COLLECT_AT_MOST = 256  # results handed back by one `collect`: the widest window
 _INHERITED: list[S3Batch] = []  # fetchers a fork copied into this process: never freed (see LazyS3Batch)
@@ -53,17 +52,17 @@ class S3Batch:
 
 
 def s3_batch(settings: Settings, bucket: str, via_proxy: bool, connections: int) -> S3Batch | None:
-    """An `S3Batch` for `bucket` with `connections` pooled connections, or None where it cannot run: the
-    extension is missing (warned once), or this process was forked after a tokio runtime ran in it."""
+    """An `S3Batch` for `bucket` with `connections` pooled connections, or None when the extension is missing
+    (warned once). Each fetcher starts threads of its own, so one made in a forked child works there (unlike
+    obstore's one runtime per process); a fetcher a fork copied never does (`LazyS3Batch`)."""
     native = load_extension("S3 objects are read with one thread per GET in flight")
-    if native is None or _RUNTIME["inherited"]:
+    if native is None:
         return None
     settings.check_credentials()
     access, secret = settings.s3_credentials()
     fetcher = native.S3Fetcher(
         settings.s3_endpoint(via_proxy), bucket, access, secret, settings.s3_region, timeout_s=settings.timeout_s,
         connections=connections, root_certificate=settings.ca_file().read_text() if settings.tls else None)
-    _RUNTIME["started"] = True  # its threads, like obstore's, do not survive a fork
     return S3Batch(fetcher)
 
 

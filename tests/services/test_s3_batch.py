@@ -21,7 +21,7 @@ from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
 from workbench.loaders import make_loader
-from workbench.storage import BotoS3Store, S3Store
+from workbench.storage import S3Store
 from workbench.storage import s3_batch as batch_module
 from workbench.storage.s3_batch import GetFailed, S3Batch, s3_batch
 
@@ -32,13 +32,8 @@ N = 120
 
 
 @pytest.fixture(scope="module")
-def bucket(stack):
-    name = f"wbt-batch-{uuid.uuid4().hex[:10]}"
-    BotoS3Store(stack, name).ensure_bucket(True)
-    yield name
-    store = S3Store(stack, name)
-    store.delete(k for k, _ in store.list())
-    store.client.delete_bucket(Bucket=name)
+def bucket(scratch_bucket):
+    return scratch_bucket
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +164,7 @@ def _read_in_child(lazy, key, results) -> None:
     try:
         got = [len(body) for _, (body, _) in in_flight_collected([key], lazy.get(), 1, timeout_s=5)]
         results.put(("ok", got))
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+    except BaseException as exc:  # reported to the parent
         results.put(("failed", repr(exc)))
 
 

@@ -21,13 +21,8 @@ pytestmark = pytest.mark.services
 
 
 @pytest.fixture(scope="module")
-def bucket(stack):
-    name = f"wbt-store-{uuid.uuid4().hex[:10]}"
-    BotoS3Store(stack, name).ensure_bucket(True)
-    yield name
-    store = S3Store(stack, name)
-    store.delete(k for k, _ in store.list())
-    store.client.delete_bucket(Bucket=name)
+def bucket(scratch_bucket):
+    return scratch_bucket
 
 
 @pytest.fixture

@@ -316,3 +316,22 @@ def test_a_native_ceiling_refuses_an_untrusted_ca(untrusted, ingested):
         with pytest.raises(WorkbenchError, match=r"certificate|x509|tls|TLS"):
             run_native_ceiling(untrusted, backend, {"dataset": ingested}, run_timeout_s=30)
         assert time.monotonic() - start < 15
+
+
+def test_the_batch_fetcher_trusts_the_configured_ca_alone(secure, untrusted, ingested, monkeypatch):
+    """The s3-objects loader's fetcher (workbench_native) reads over TLS with the stack's CA and refuses a server
+    that another CA's settings do not vouch for, as the obstore store does (its failure, not a fallback), even
+    while SSL_CERT_FILE names the stack's CA (the peers point it at system + stack CA for the whole process)."""
+    pytest.importorskip("workbench_native", reason="the extension is built by `make venv` (needs cargo)")
+    monkeypatch.setenv("SSL_CERT_FILE", str(secure.ca_file()))
+    from workbench.concurrency import in_flight_collected
+    from workbench.storage.s3_batch import GetFailed, s3_batch
+
+    store = make_backend("s3-objects", secure, ingested).store
+    rel, size = next((k, n) for k, n in store.list() if not k.endswith(".txt"))
+    for settings, trusted in ((secure, True), (untrusted, False)):
+        (_, got), = in_flight_collected([store.full(rel)], s3_batch(settings, store.bucket, False, 2), 1)
+        if trusted:
+            assert len(got[0]) == size
+        else:
+            assert isinstance(got, GetFailed) and "InvalidCertificate" in got.text

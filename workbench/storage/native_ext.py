@@ -1,7 +1,7 @@
 """`workbench_native`, our Rust extension (``native/``): the one place that imports it.
 
 Why an extension of our own: the workbench's hot paths made one blocking Python call per object (an S3 GET, a
-file read), and on a small machine those calls, not the storage, set the pace (`s3_batch`, `local.read_files`).
+file read), and on a small machine those calls, not the storage, set the pace (`s3_batch`, `loaders.fs.read_many`).
 Without it everything still works, on the slower paths, after one warning that says how to install it.
 """
 

@@ -2,10 +2,9 @@
 
 Why: obstore's `get` blocks its calling thread, so a window of 32 GETs needs 32 Python threads, and every
 GET costs a handoff to tokio's threads and back plus a turn at the GIL. The fetcher takes requests without
-waiting and hands back whatever has finished in one call that releases the GIL (`Collector` of
-`workbench.concurrency.in_flight_collected`). Same
-object_store (the crate obstore wraps) and the same settings as `s3_native.native_store`: endpoint, login,
-region, TLS roots, connect and read timeouts, retries.
+waiting and hands back whatever has finished in one call that releases the GIL (the `Collector` that
+`workbench.concurrency.in_flight_collected` drives). Same object_store (the crate obstore wraps) and the same
+settings as `s3_native.native_store`: endpoint, login, region, TLS roots, connect and read timeouts, retries.
 
 A failed GET comes back as a `GetFailed`: the caller reads that key again through its `S3Store`, whose errors
 are the workbench's one-line messages and whose retry policy judges the failure.
@@ -20,6 +19,7 @@ from typing import Any
 
 from workbench.config import Settings
 from workbench.storage.native_ext import load_extension
+from workbench.storage.s3_native import trusting_only
 
 COLLECT_AT_MOST = 256  # results handed back by one `collect`: the widest window
 _INHERITED: list[S3Batch] = []  # fetchers a fork copied into this process: never freed (see LazyS3Batch)
@@ -60,9 +60,11 @@ def s3_batch(settings: Settings, bucket: str, via_proxy: bool, connections: int)
         return None
     settings.check_credentials()
     access, secret = settings.s3_credentials()
-    fetcher = native.S3Fetcher(
-        settings.s3_endpoint(via_proxy), bucket, access, secret, settings.s3_region, timeout_s=settings.timeout_s,
-        connections=connections, root_certificate=settings.ca_file().read_text() if settings.tls else None)
+    ca_file = settings.ca_file() if settings.tls else None
+    with trusting_only(ca_file):  # the configured CA alone, as the obstore store trusts it
+        fetcher = native.S3Fetcher(
+            settings.s3_endpoint(via_proxy), bucket, access, secret, settings.s3_region, timeout_s=settings.timeout_s,
+            connections=connections, root_certificate=ca_file.read_text() if ca_file else None)
     return S3Batch(fetcher)
 
 

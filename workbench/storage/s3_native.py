@@ -15,7 +15,7 @@ forked after obstore ran (obstore's runtime does not survive fork; see `_RUNTIME
 this module, listings by a raw string prefix (OSS connector `from_prefix`: obstore lists whole folders),
 the stack's health probe (`s3_client`) and the boto3 "Python ceiling" loop (`loaders.s3_objects.raw_ceiling`).
 Timeouts: connect and every read of a body use settings.timeout_s, retries stop after 2 or timeout_s.
-With settings.tls the configured CA is the only trusted root, as with boto3 (`_trusting_only`).
+With settings.tls the configured CA is the only trusted root, as with boto3 (`trusting_only`).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def native_store(settings: Settings, bucket: str, via_proxy: bool = False, conne
     }
     if settings.tls:
         client["root_certificate"] = settings.ca_file().read_text()
-    with _trusting_only(settings.ca_file() if settings.tls else None):
+    with trusting_only(settings.ca_file() if settings.tls else None):
         return ObjectStoreS3(
             bucket,
             config={"endpoint": endpoint, "access_key_id": access, "secret_access_key": secret,
@@ -97,7 +97,7 @@ _ENV_LOCK = threading.Lock()
 
 
 @contextmanager
-def _trusting_only(ca_file: Path | None) -> Iterator[None]:
+def trusting_only(ca_file: Path | None) -> Iterator[None]:
     """While the store is built, the system roots object_store loads are `ca_file` alone (None: unchanged).
 
     Why: object_store reads its roots from SSL_CERT_FILE/SSL_CERT_DIR when the client is built, and the

@@ -19,7 +19,7 @@ from typing import Any
 
 from workbench.config import Settings
 from workbench.storage.native_ext import load_extension
-from workbench.storage.s3_native import trusting_only
+from workbench.storage.s3_native import _RUNTIME, trusting_only
 
 COLLECT_AT_MOST = 256  # results handed back by one `collect`: the widest window
 _INHERITED: list[S3Batch] = []  # fetchers a fork copied into this process: never freed (see LazyS3Batch)
@@ -52,11 +52,13 @@ class S3Batch:
 
 
 def s3_batch(settings: Settings, bucket: str, via_proxy: bool, connections: int) -> S3Batch | None:
-    """An `S3Batch` for `bucket` with `connections` pooled connections, or None when the extension is missing
-    (warned once). Each fetcher starts threads of its own, so one made in a forked child works there (unlike
-    obstore's one runtime per process); a fetcher a fork copied never does (`LazyS3Batch`)."""
+    """An `S3Batch` for `bucket` with `connections` pooled connections, or None where it is not used: the extension
+    is missing (warned once), or this process was forked after a native S3 client (obstore's runtime, a fetcher)
+    ran in it. Such a child reads through boto3, as the obstore store does there: a fetcher made in a child forked
+    from the test suite's busy process once never finished its GETs (the DataLoader's 60 s timeout), though one
+    made in a child of a quiet process works; a fetcher the fork copied never does (`LazyS3Batch`)."""
     native = load_extension("S3 objects are read with one thread per GET in flight")
-    if native is None:
+    if native is None or _RUNTIME["inherited"]:
         return None
     settings.check_credentials()
     access, secret = settings.s3_credentials()
@@ -65,6 +67,7 @@ def s3_batch(settings: Settings, bucket: str, via_proxy: bool, connections: int)
         fetcher = native.S3Fetcher(
             settings.s3_endpoint(via_proxy), bucket, access, secret, settings.s3_region, timeout_s=settings.timeout_s,
             connections=connections, root_certificate=ca_file.read_text() if ca_file else None)
+    _RUNTIME["started"] = True  # a child forked from now on reads through boto3
     return S3Batch(fetcher)
 
 

@@ -186,19 +186,3 @@ def test_a_forked_child_never_gets_its_parents_fetcher(stack, objects):
     assert results.get(timeout=30) == ("ok", None)
     child.join(10)
 
-
-def test_workers_forked_after_the_parent_read_read_everything(stack, bucket, dataset):
-    """DataLoader workers forked after the main process read (its fetcher exists): every sample, once, through
-    boto3; the DataLoader's timeout turns a hang into a failure."""
-    import multiprocessing
-
-    from torch.utils.data import DataLoader
-
-    from workbench.adapters.torch import LoaderDataset, collate_raw
-
-    source, expected = dataset
-    ds = LoaderDataset("s3-objects", stack, dataset=source.name, bucket=bucket, concurrency=8)
-    assert len([k for b in DataLoader(ds, batch_size=16, collate_fn=collate_raw) for k in b["key"]]) == N
-    forked = DataLoader(ds, batch_size=16, num_workers=2, collate_fn=collate_raw, timeout=60,
-                        multiprocessing_context=multiprocessing.get_context("fork"))
-    assert Counter(k for b in forked for k in b["key"]) == Counter(list(expected))

@@ -54,9 +54,8 @@ class S3Batch:
 def s3_batch(settings: Settings, bucket: str, via_proxy: bool, connections: int) -> S3Batch | None:
     """An `S3Batch` for `bucket` with `connections` pooled connections, or None where it is not used: the extension
     is missing (warned once), or this process was forked after a native S3 client (obstore's runtime, a fetcher)
-    ran in it. Such a child reads through boto3, as the obstore store does there: a fetcher made in a child forked
-    from the test suite's busy process once never finished its GETs (the DataLoader's 60 s timeout), though one
-    made in a child of a quiet process works; a fetcher the fork copied never does (`LazyS3Batch`)."""
+    ran in it. Such a child reads through boto3, as the obstore store does there (a fetcher made in a child of a
+    quiet process works; one the fork copied never does: `LazyS3Batch`)."""
     native = load_extension("S3 objects are read with one thread per GET in flight")
     if native is None or _RUNTIME["inherited"]:
         return None

@@ -5,7 +5,7 @@
 //! round, and 16-32 Python threads take turns at the GIL. Here the loader's one thread submits requests
 //! (a task each, no wait) and collects whatever has finished in one call that releases the GIL: the
 //! handoffs are per call, not per GET. Local files get the same: one call reads many, straight into the
-//! `bytes` objects it returns.
+//! `bytes` objects it returns. Big objects read as many slices (shards): `ranges`.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -25,6 +25,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use tokio::runtime::Runtime;
 use tokio::task::AbortHandle;
+
+mod ranges;
 
 /// What one request ended with: (body, user metadata) or (error kind, message).
 type Outcome = Result<(Bytes, HashMap<String, String>), (&'static str, String)>;
@@ -210,7 +212,7 @@ fn os_error(path: &str, error: std::io::Error) -> PyErr {
 }
 
 /// A `bytes` object made to be filled outside the GIL: no other code sees it before `read_files` returns it.
-struct Unfilled(*mut u8, usize);
+pub(crate) struct Unfilled(pub(crate) *mut u8, pub(crate) usize);
 unsafe impl Send for Unfilled {}
 
 /// Read whole files, in order, into new `bytes` objects, without the GIL but for one moment to make them:
@@ -233,8 +235,8 @@ fn read_files<'py>(py: Python<'py>, paths: Vec<String>) -> PyResult<Vec<Bound<'p
     let mut bodies = Vec::with_capacity(opened.len());
     let mut targets = Vec::with_capacity(opened.len());
     for (_, size) in &opened {
-        let body = PyBytes::new_with(py, *size, |_| Ok(()))?;
-        targets.push(Unfilled(body.as_bytes().as_ptr() as *mut u8, *size));
+        let (body, target) = ranges::unfilled(py, *size)?;
+        targets.push(target);
         bodies.push(body);
     }
     let read = py.allow_threads(move || {
@@ -256,5 +258,7 @@ fn read_files<'py>(py: Python<'py>, paths: Vec<String>) -> PyResult<Vec<Bound<'p
 fn workbench_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<S3Fetcher>()?;
     module.add_function(wrap_pyfunction!(read_files, module)?)?;
+    module.add_class::<ranges::S3RangeReader>()?;
+    module.add("SizeMismatch", module.py().get_type::<ranges::SizeMismatch>())?;
     Ok(())
 }

@@ -29,7 +29,7 @@ from workbench.loaders import make_loader
 from workbench.loaders.retry import is_transient
 from workbench.stack import down, status
 from workbench.stack.tls import ensure_certificates
-from workbench.storage import s3_client
+from workbench.storage import S3Store, s3_client
 
 pytestmark = pytest.mark.services
 
@@ -335,3 +335,24 @@ def test_the_batch_fetcher_trusts_the_configured_ca_alone(secure, untrusted, ing
             assert len(got[0]) == size
         else:
             assert isinstance(got, GetFailed) and "InvalidCertificate" in got.text
+
+
+def test_the_shard_range_reader_trusts_the_configured_ca_alone(secure, untrusted, ingested, monkeypatch):
+    """The s3-shards path's range reader (workbench_native) reads a shard's pieces over TLS with the stack's CA and
+    refuses a server another CA's settings do not vouch for with the store's one-line error, even while
+    SSL_CERT_FILE names the stack's CA."""
+    pytest.importorskip("workbench_native", reason="the extension is built by `make venv` (needs cargo)")
+    monkeypatch.setenv("SSL_CERT_FILE", str(secure.ca_file()))
+    from workbench.layouts.shards import fetch_items, read_split_index
+
+    store = make_backend("s3-shards", secure, ingested).store
+    info = read_split_index(store, "train", ingested)[0]
+    assert store._range_reader() is not None
+    assert [item.data for item in fetch_items(store, "train", info, "int")] == \
+        [expected.data for expected in fetch_items(S3Store.from_client(store.client, store.bucket, store.prefix),
+                                                   "train", info, "int")]  # boto3's bytes
+    other = S3Store(untrusted, store.bucket, store.prefix)
+    start = time.monotonic()
+    with pytest.raises(WorkbenchError, match=r"cannot verify the TLS certificate of S3 at https://127\.0\.0\.1:9200"):
+        other.get_ranges(f"train/{info.name}", info.bytes, [(0, 512)])
+    assert time.monotonic() - start < 15

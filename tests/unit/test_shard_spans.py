@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import tarfile
 import uuid
@@ -174,6 +175,22 @@ def test_index_with_bad_rows_is_one_clear_error(shards) -> None:
             read_index(json.dumps(doc).encode())
 
 
+def test_pieces_are_the_spans_and_their_headers_are_what_the_crc_covers(shards) -> None:
+    [info] = read_index(write_index([shards[0][0]]))  # as a reader has it: a SpanTable
+    table = info.members
+    assert isinstance(table, SpanTable)
+    pieces, width = [(int(a), int(n)) for a, n in table.pieces()], 2 * len(table.exts) + 1
+    assert len(pieces) == width * len(table)
+    for i, span in enumerate(table):
+        mine = pieces[i * width : (i + 1) * width]
+        assert mine[0][0] == span.start and sum(length for _, length in mine) == span.end - span.start
+        assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(mine))  # back to back
+        assert mine[1::2] == [(m.offset, m.size) for m in span.members] and mine[0::2] == [
+            (a, b - a) for a, b in span.regions]
+    starts, crcs = table.checks()
+    assert (list(starts), list(crcs)) == ([s.start for s in table], [s.header_crc for s in table])
+
+
 # ------------------------------------------------------------------------------- slicing == parsing
 
 IDS = st.uuids().map(lambda u: uuid.UUID(int=u.int))
@@ -210,6 +227,26 @@ def test_slicing_by_the_index_is_tar_parsing(samples, maxcount) -> None:
         for label_type in ("int", "blob", "none", "any"):
             parsed = _outcome(_parsed_items, data, label_type)
             assert _outcome(shard_items, data, "u", label_type, info.members) == parsed
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(SAMPLES, st.integers(1, 5), st.integers(0, 2**16))
+def test_reading_by_pieces_is_slicing_also_when_damaged(tmp_path, samples, maxcount, damage_at) -> None:
+    """`fetch_items` of a whole shard (pieces through `Store.get_ranges`) gives what `shard_items` gives of its
+    bytes, Items or the same one-line error, for every label type, intact or with one byte changed."""
+    store = DirStore(tmp_path / uuid.uuid4().hex)
+    source = [Sample(id=i, name=f"c/{name}", label=label, data=data) for i, (data, name), label in samples]
+    for info, data in pack_shards(source, maxcount=maxcount):
+        [info] = read_index(write_index([info]))
+        damaged = bytearray(data)
+        damaged[damage_at % len(data)] ^= 0x5A
+        for body in (data, bytes(damaged)):
+            store.put(f"train/{info.name}", body)
+            where = f"{store.where}/train/{info.name}"
+            for label_type in ("int", "blob", "none", "any"):
+                assert _outcome(fetch_items, store, "train", info, label_type) == \
+                    _outcome(shard_items, body, where, label_type, info.members)
 
 
 # --------------------------------------------------------------------------- damage and ranged reads

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
+import numpy as np
+
 BLOCK = 512
 
 
@@ -122,6 +124,25 @@ class SpanTable(Sequence[SampleSpan]):
         v = self.values
         return SampleSpan(v[at], v[at + 1], tuple(Member(ext, v[at + 2 + 2 * k], v[at + 3 + 2 * k])
                                                   for k, ext in enumerate(self.exts)))
+
+    def checks(self) -> tuple[array, array]:
+        """(starts, header CRCs) of the samples, without making their SampleSpans."""
+        return self.values[0 :: self.width], self.values[1 :: self.width]
+
+    def pieces(self) -> np.ndarray:
+        """The shard's samples as (offset, length) rows in shard order, 2 x entries + 1 a sample: each entry's
+        header region (`SampleSpan.regions`), then its data; last the padding after the last entry. The header
+        pieces of a sample are what its header CRC covers; together the pieces are exactly its span."""
+        v = np.frombuffer(self.values, dtype=np.int64).reshape(len(self), self.width)
+        offsets, sizes = v[:, 2::2], v[:, 3::2]
+        ends = offsets + sizes
+        header_starts = np.concatenate([v[:, :1], ends[:, :-1]], axis=1)
+        tail_end = offsets[:, -1] + -(-sizes[:, -1] // BLOCK) * BLOCK
+        pieces = np.empty((len(self), 2 * len(self.exts) + 1, 2), dtype=np.int64)
+        pieces[:, 0:-1:2, 0], pieces[:, 0:-1:2, 1] = header_starts, offsets - header_starts
+        pieces[:, 1::2, 0], pieces[:, 1::2, 1] = offsets, sizes
+        pieces[:, -1, 0], pieces[:, -1, 1] = ends[:, -1], tail_end - ends[:, -1]
+        return pieces.reshape(-1, 2)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or len(self) != len(other):

@@ -39,6 +39,7 @@ import logging
 import re
 import sys
 import uuid
+import zlib
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -62,11 +63,11 @@ from workbench.data import (
     read_shard,
     write_index,
 )
-from workbench.data.shard_spans import SampleSpan
-from workbench.data.shards import check_span, slice_shard, span_key, spans_from_tar
+from workbench.data.shard_spans import BLOCK, SampleSpan, SpanTable
+from workbench.data.shards import check_span, slice_shard, span_key, spans_from_tar, split_name
 from workbench.errors import WorkbenchError
 from workbench.layouts.common import check_split, labelled
-from workbench.storage import Store
+from workbench.storage import Store, WrongSize
 
 log = logging.getLogger(__name__)
 
@@ -452,6 +453,8 @@ def fetch_items(store: Store, split: str, info: ShardInfo, label_type: str,
     Either way the shard's size must be what the index says; damage is a WorkbenchError naming the shard.
     """
     where = f"{store.where}/{split}/{info.name}"
+    if which is None and isinstance(info.members, SpanTable):
+        return _piece_items(store, split, info, info.members, label_type)
     if which is None or info.members is None:
         items = shard_items(fetch_shard(store, split, info), where, label_type, info.members)
         return items if which is None else [items[i] for i in which]
@@ -472,6 +475,54 @@ def fetch_items(store: Store, split: str, info: ShardInfo, label_type: str,
             raise WorkbenchError(f"shard {where} was deleted while it was read: re-run the ingest") from None
         items += shard_items(data, where, label_type, run, base=start)
     return items
+
+
+def _piece_items(store: Store, split: str, info: ShardInfo, table: SpanTable, label_type: str) -> list[Item]:
+    """Items of a shard whose samples have the same entries, from its pieces (`SpanTable.pieces`, one
+    `Store.get_ranges`): each payload is its own `bytes` as read (no whole shard in memory, no slice in Python),
+    each sample's header pieces checked against its CRC; a sample off the common case goes through
+    `sample_item` (same labels, same errors as `_sliced_item`)."""
+    where = f"{store.where}/{split}/{info.name}"
+    try:
+        pieces = store.get_ranges(f"{split}/{info.name}", info.bytes, table.pieces())
+    except KeyError:
+        raise WorkbenchError(f"shard {where} is listed in the index but missing: re-run the ingest") from None
+    except WrongSize as exc:
+        raise WorkbenchError(f"shard {where}: corrupt or truncated ({exc.actual} bytes, the index says "
+                             f"{info.bytes}): re-run the ingest") from None
+    exts, width = table.exts, 2 * len(table.exts) + 1
+    label_ext = {"int": INT_LABEL_ENTRY if INT_LABEL_ENTRY in exts else None,
+                 "blob": next((e for e in BLOB_LABEL_ENTRIES if e in exts[1:]), None)}.get(label_type)
+    common = ID_ENTRY in exts and exts[0] not in META_ENTRIES and (label_ext is not None or label_type == "none")
+    uid_at = 2 * exts.index(ID_ENTRY) + 1 if ID_ENTRY in exts else 0
+    label_at = 2 * exts.index(label_ext) + 1 if label_ext else 0
+    starts, crcs = table.checks()
+    items = []
+    for n, (start, expected) in enumerate(zip(starts, crcs, strict=True)):
+        at, crc = n * width, 0
+        for header in range(at, at + width, 2):
+            crc = zlib.crc32(pieces[header], crc)
+        if crc != expected:
+            raise WorkbenchError(f"shard {where}: corrupt or truncated tar (the tar headers of the sample at byte "
+                                 f"{start} are not those the index recorded): re-run the ingest")
+        try:
+            if not common:
+                raise ValueError("not the common case")
+            key = str(pieces[at + uid_at], "utf-8")
+            label = None if label_type == "none" else int(pieces[at + label_at]) if label_type == "int" \
+                else pieces[at + label_at]
+            items.append(Item(key, label, pieces[at + 1]))
+        except ValueError:  # UnicodeDecodeError too: the one rule decides, and words the error
+            items.append(sample_item(_piece_entries(pieces[at : at + width], exts, where), label_type))
+    return items
+
+
+def _piece_entries(sample: Sequence[bytes], exts: Sequence[str], where: str) -> dict[str, Any]:
+    """The webdataset-style dict of one sample from its pieces: its key is in its first header's name field."""
+    name = sample[0][-BLOCK:][:100].split(b"\0", 1)[0].decode("utf-8", errors="replace")
+    entries: dict[str, Any] = {"__key__": split_name(name)[0], "__url__": where}
+    entries.update(zip(exts, sample[1::2], strict=True))
+    return entries
 
 
 def sample_runs(spans: Sequence[SampleSpan], gap: int = RANGE_GAP) -> list[list[SampleSpan]]:

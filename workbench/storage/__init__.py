@@ -7,12 +7,12 @@ is the only place a boto3 client is built or a botocore error is read. `DirStore
 Switching the S3 client of the whole workbench is the one line below that names `S3Store`.
 """
 
-from workbench.storage.base import MultipartUpload, ObjectInfo, Store
+from workbench.storage.base import MultipartUpload, ObjectInfo, Store, WrongSize
 from workbench.storage.local import TMP_SUFFIX, DirStore
 from workbench.storage.s3 import BotoS3Store, explain_s3_tls_errors, parse_s3_uri, s3_client, s3_client_at
 from workbench.storage.s3_native import NativeS3Store as S3Store
 
 __all__ = [
     "TMP_SUFFIX", "BotoS3Store", "DirStore", "MultipartUpload", "ObjectInfo", "S3Store", "Store",
-    "explain_s3_tls_errors", "parse_s3_uri", "s3_client", "s3_client_at",
+    "WrongSize", "explain_s3_tls_errors", "parse_s3_uri", "s3_client", "s3_client_at",
 ]

@@ -7,8 +7,10 @@ that is an error); every other failure is a one-line `WorkbenchError` that says 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -17,6 +19,14 @@ class ObjectInfo:
 
     size: int
     etag: str | None = None
+
+
+class WrongSize(Exception):
+    """The object is not the size its reader expected: replaced, truncated or corrupt (`actual` bytes)."""
+
+    def __init__(self, actual: int) -> None:
+        super().__init__(actual)
+        self.actual = actual
 
 
 class MultipartUpload(ABC):
@@ -52,6 +62,15 @@ class Store(ABC):
         """The bytes of `key` as a read-only view, without the copy into `bytes` where the client allows: for
         readers that slice a big object (shards). KeyError when there is no such key."""
         return memoryview(self.get(key)[0])
+
+    def get_ranges(self, key: str, size: int, ranges: Sequence[tuple[int, int]] | np.ndarray) -> list[bytes]:
+        """Byte ranges ((offset, length) rows, in order, apart) of `key`, from one read of it, each as `bytes`: for
+        readers that cut many pieces out of a big object (shards). `key` must be `size` bytes, else WrongSize;
+        KeyError when there is no such key. Stores with a native client read the ranges straight off the body."""
+        data = self.get_view(key)
+        if len(data) != size:
+            raise WrongSize(len(data))
+        return [bytes(data[offset : offset + length]) for offset, length in ranges]
 
     @abstractmethod
     def get_range(self, key: str, start: int, end: int, etag: str | None = None) -> bytes:

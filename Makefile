@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml $(NATIVE_SOURCES)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
 	if command -v cargo >/dev/null; then $(BIN)/python -m pip install -q ./native; \
-	else echo "cargo not found: workbench_native not built, the S3-objects and fs loaders use their slower paths"; fi
+	else echo "cargo not found: workbench_native not built, the s3-objects, s3-shards and fs loaders use their slower paths"; fi
 	rm -f $(VENV)/.installed-* && touch $@
 
 # Debian packages some tests drive: chromium (the report pages in a real browser) and Open MPI (mpirun-launched

@@ -36,7 +36,7 @@ def _label(label: Any, label_type: str) -> Any:
 
 
 def _batch_element(batch: Batch, label_type: str) -> dict[str, Any]:
-    element = {"key": batch.keys, "buffer": batch.buffer.tobytes(), "offsets": batch.offsets}
+    element = {"key": batch.keys, "buffer": batch.tobytes(), "offsets": batch.offsets}
     if label_type != "none":
         element["label"] = [_label(label, label_type) for label in batch.labels]
     return element

@@ -65,7 +65,7 @@ class WorkerRing:
             storage = new = torch.UntypedStorage._new_shared(max(size + size // 4, MIN_SLOT_BYTES))
             self._slots[slot] = storage
             self._generation[slot] += 1
-        np.copyto(_first_bytes(storage, size), batch.buffer)
+        batch.copy_into(_first_bytes(storage, size))  # the payloads straight into shared memory
         self._busy[slot] = 1
         flags, self._flags_sent = (None if self._flags_sent else self.flags), True
         return RingBatch(self.token, slot, self._generation[slot], size, batch.offsets.tolist(), list(batch.labels),

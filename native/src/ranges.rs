@@ -194,10 +194,8 @@ impl S3RangeReader {
                 // SAFETY: each target is a fresh bytes object of exactly this size, referenced only by `bodies`,
                 // which stays alive (and unseen by Python) until this returns.
                 let buffer = unsafe { std::slice::from_raw_parts_mut(target.0, target.1) };
-                body.read_exact(buffer).map_err(|error| match error.kind() {
-                    io::ErrorKind::UnexpectedEof => Failure::Size(offset), // shorter than it said: truncated
-                    _ => body_failed(error),
-                })?;
+                // a body that ends before its Content-Length is a broken connection (transient), not a short object
+                body.read_exact(buffer).map_err(body_failed)?;
                 at = offset + target.1 as u64;
             }
             // the rest (the tar's end blocks): read to the end, so the connection goes back to the pool

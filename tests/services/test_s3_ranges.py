@@ -141,3 +141,20 @@ def test_the_shards_loader_reads_the_same_without_the_extension(stack, scratch_b
     without = make_loader("s3-shards", stack, dataset=source.name, bucket=scratch_bucket, shuffle=False)
     assert [(i.key, i.label, i.data) for i in without] == first
     assert without.store._range_reader() is None
+
+
+def test_a_body_cut_short_is_a_transient_failure_not_a_short_object(stack, objects):
+    """A connection that closes mid-body (toxiproxy `limit_data`) is retried by the loaders' policy (a
+    ConnectionError cause), never reported as a truncated shard (WrongSize), which only a short object is."""
+    store, written = objects
+    key, (data, ranges) = next((k, v) for k, v in written.items() if len(v[0]) == 3_000_000)
+    proxy = Toxiproxy(stack)
+    proxied = S3Store(stack, store.bucket, store.prefix, via_proxy=True)
+    name = proxy.add_toxic("s3", "limit_data", {"bytes": 200_000}, "downstream", name=f"cut-{uuid.uuid4().hex[:6]}")
+    try:
+        with pytest.raises(WorkbenchError, match=r"while reading .*UnexpectedEof") as caught:
+            proxied.get_ranges(key, len(data), ranges)
+        assert isinstance(caught.value.__cause__, ConnectionError)
+    finally:
+        proxy.remove_toxic("s3", name)
+    assert proxied.get_ranges(key, len(data), ranges) == [data[a : a + n] for a, n in ranges]

@@ -29,7 +29,7 @@ def test_nothing_is_copied_until_the_buffer_is_asked_for():
     batch = Batch.from_items(items(payloads))
     view = batch.view(2)
     assert view.tobytes() == b"defg" and np.shares_memory(view, np.frombuffer(payloads[2], np.uint8))
-    assert [i.data for i in batch.items()][0] is payloads[0]  # the item API hands the payload itself
+    assert all(i.data is p for i, p in zip(batch.items(), payloads, strict=True))  # the payloads themselves
     assert batch.nbytes == 7 and batch.sizes().tolist() == [3, 0, 4] and batch.tobytes() == b"abcdefg"
     target = np.full(9, 0xEE, np.uint8)
     batch.copy_into(target)

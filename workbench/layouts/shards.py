@@ -10,9 +10,10 @@ Shard set layout, per split::
     <split>/ids/shard-000000.json   completion record: the shard's ShardInfo, its sample rows and ids
     <split>/index.json              workbench.data.write_index of the complete shards, in name order
 
-Readers slice samples out of a shard by the spans the index records (`workbench.data.shard_spans`): one
-GET of the whole shard (or ranged GETs of the samples wanted), one CRC of each sample's tar headers, one
-slice per entry; no tar parsing. A version-1 index (no spans) falls back to parsing the tar; the next
+Readers cut samples out of a shard by the spans the index records (`workbench.data.shard_spans`): one GET
+of the whole shard read as its pieces (`Store.get_ranges`: each entry's header region and data, straight
+into `bytes` where the store has a native client), or ranged GETs of the samples wanted; one CRC of each
+sample's tar headers; no tar parsing. A version-1 index (no spans) falls back to parsing the tar; the next
 ingest into such a set (even one with nothing new) parses its shards once and writes their rows.
 
 A shard is complete once its tar is stored AND its record is written after it (and the tar still has

@@ -12,9 +12,9 @@ One epoch of one reader (rank x DataLoader worker):
 3. shard GETs are kept in flight on a thread pool (`in_flight`, in order unless ``ordered=False``): a number
    `parallel_shards` of them, or with ``parallel_shards="auto"`` (the default) an `AutoWindow` that starts at
    4 and widens while the rate rises, up to `READ_BUDGET` bytes of shards per process (`shard_window`).
-   Each shard is fetched and cut into Items in a pool thread: sliced by the spans of a version-2 index
-   (`workbench.layouts.shards.fetch_items`, no tar parsing), parsed only for a version-1 index. At most the
-   window + 1 shards are held in memory (2x their size while slicing);
+   Each shard is fetched and cut into Items in a pool thread: read as the pieces a version-2 index names,
+   straight into their `bytes` (`workbench.layouts.shards.fetch_items`, no tar parsing, no whole-shard
+   buffer), parsed only for a version-1 index. At most the window + 1 shards are held in memory;
 4. samples pass through a `shuffle_buffer` of `shuffle_buffer` items seeded by (seed, epoch, reader),
    the WebDataset-style approximate shuffle (0 or 1, or ``shuffle=False``: shard order only).
 

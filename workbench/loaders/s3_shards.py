@@ -80,7 +80,7 @@ def shard_window(parallel_shards: int | Literal["auto"], shards: Sequence[ShardI
     """The window of shard GETs: `parallel_shards` of them, or for "auto" an AutoWindow from AUTO_START up to
     what `READ_BUDGET`, shared by the process's `readers` (DataLoader workers), holds of the largest shard.
 
-    Why a byte budget: a shard in flight is held whole in memory (twice while the client joins its chunks), and
+    Why a byte budget: a shard in flight is held whole in memory (as its pieces, allocated when its GET starts), and
     shards run from a few MB to GBs. A wider window hides a longer round trip (measured here, 50 ms RTT, 12 MB
     shards: 4 GETs 2,395-2,761 samples/s, 8 GETs 3,042-3,248), but up to 23 of them (a 256 MiB budget) took peak
     RSS from 300-390 MB to 450-870. Never below AUTO_START, the fixed default before "auto": shards too big for

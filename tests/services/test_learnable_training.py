@@ -118,7 +118,9 @@ def test_scrambled_labels_stay_near_chance(stack, digits):
 def test_torch_pipeline_dali_cpu_decoding_learns_digits(stack, digits):
     if importlib.util.find_spec("nvidia.dali") is None:
         pytest.skip("DALI is not installed")
-    result = _train_torch(stack, "cassandra", digits, decode="dali", **OUT_OF_ORDER)
+    # out of order, each run sees another order: 150 steps gave 0.97-0.99 here and once 0.949 in CI; 240 steps
+    # (5 epochs) keep the 0.95 target a margin, as the other pipelines have
+    result = _train_torch(stack, "cassandra", digits, decode="dali", **{**OUT_OF_ORDER, "steps": 240})
     assert result["val_samples"] == VAL_SAMPLES
     assert _record("torch cassandra, DALI CPU decoding", result["val_accuracy"]) >= TARGET, result
 

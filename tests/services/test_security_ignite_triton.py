@@ -39,8 +39,10 @@ pytestmark = [pytest.mark.services,  # pyignite's SSLContext uses a deprecated p
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ["toxiproxy", "ignite", "triton"]
 DEAD_CASSANDRA_PORT = 29999  # nothing listens: cassandra_fetch must fail there, over TLS, with a clear error
+# Below Linux's ephemeral range (32768-60999): a listening port in it can be taken by any client's outgoing
+# connection (discovery on 47600 once failed to bind in CI: "all ports in range are in use").
 PORTS = {
-    "ignite_port": 10900, "ignite_discovery_port": 47600, "ignite_communication_port": 47200,
+    "ignite_port": 10900, "ignite_discovery_port": 27600, "ignite_communication_port": 27200,
     "triton_http_port": 8100, "triton_grpc_port": 8101, "triton_metrics_port": 8102,
     "toxiproxy_port": 18474, "proxy_cassandra_port": 29142, "proxy_s3_port": 29100, "proxy_ignite_port": 20900,
     "proxy_triton_http_port": 18100, "proxy_triton_grpc_port": 18101, "cassandra_port": DEAD_CASSANDRA_PORT,
@@ -107,8 +109,8 @@ def test_private_secure_stack_runs_on_its_own_ports_bound_to_localhost(secure):
     xml = config.read_text()
     assert '<property name="authenticationEnabled" value="true"/>' in xml
     assert '<property name="sslEnabled" value="true"/>' in xml
-    assert "<value>127.0.0.1:47600</value>" in xml and "47500" not in xml  # never discovers the main node
-    assert '<property name="localPort" value="47200"/>' in xml
+    assert "<value>127.0.0.1:27600</value>" in xml and "47500" not in xml  # never discovers the main node
+    assert '<property name="localPort" value="27200"/>' in xml
     command = Triton(secure).launch().command
     assert "--grpc-use-ssl=true" in command and "--http-address=127.0.0.1" in command
     assert f"--grpc-server-key={secure.certificates_dir() / 'server.key'}" in command

@@ -137,7 +137,7 @@ class SpanTable(Sequence[SampleSpan]):
         offsets, sizes = v[:, 2::2], v[:, 3::2]
         ends = offsets + sizes
         header_starts = np.concatenate([v[:, :1], ends[:, :-1]], axis=1)
-        tail_end = offsets[:, -1] + -(-sizes[:, -1] // BLOCK) * BLOCK
+        tail_end = offsets[:, -1] + padded(sizes[:, -1])  # elementwise on the array
         pieces = np.empty((len(self), 2 * len(self.exts) + 1, 2), dtype=np.int64)
         pieces[:, 0:-1:2, 0], pieces[:, 0:-1:2, 1] = header_starts, offsets - header_starts
         pieces[:, 1::2, 0], pieces[:, 1::2, 1] = offsets, sizes

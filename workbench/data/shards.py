@@ -322,8 +322,13 @@ def check_span(data: bytes | memoryview, span: SampleSpan, name: str, base: int 
         raise WorkbenchError(f"shard {name}: truncated (the sample at byte {span.start} is not all there): "
                              "re-run the ingest")
     if header_crc(data, span.regions, base) != span.header_crc:
-        raise WorkbenchError(f"shard {name}: corrupt or truncated tar (the tar headers of the sample at byte "
-                             f"{span.start} are not those the index recorded): re-run the ingest")
+        raise headers_changed(name, span.start)
+
+
+def headers_changed(name: str, start: int) -> WorkbenchError:
+    """The error for a sample whose tar headers fail the CRC the index recorded (every reader of spans)."""
+    return WorkbenchError(f"shard {name}: corrupt or truncated tar (the tar headers of the sample at byte {start} "
+                          "are not those the index recorded): re-run the ingest")
 
 
 def span_key(data: bytes | memoryview, span: SampleSpan, base: int = 0) -> str:

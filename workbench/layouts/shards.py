@@ -65,7 +65,7 @@ from workbench.data import (
     write_index,
 )
 from workbench.data.shard_spans import BLOCK, SampleSpan, SpanTable
-from workbench.data.shards import check_span, slice_shard, span_key, spans_from_tar, split_name
+from workbench.data.shards import check_span, headers_changed, slice_shard, span_key, spans_from_tar, split_name
 from workbench.errors import WorkbenchError
 from workbench.layouts.common import check_split, labelled
 from workbench.storage import Store, WrongSize
@@ -366,11 +366,19 @@ def fetch_shard(store: Store, split: str, info: ShardInfo) -> memoryview:
     try:
         data = store.get_view(f"{split}/{info.name}")
     except KeyError:
-        raise WorkbenchError(f"shard {where} is listed in the index but missing: re-run the ingest") from None
+        raise _missing(where) from None
     if len(data) != info.bytes:
-        raise WorkbenchError(
-            f"shard {where}: corrupt or truncated ({len(data)} bytes, the index says {info.bytes}): re-run the ingest")
+        raise _wrong_size(where, len(data), info)
     return data
+
+
+def _missing(where: str) -> WorkbenchError:
+    return WorkbenchError(f"shard {where} is listed in the index but missing: re-run the ingest")
+
+
+def _wrong_size(where: str, actual: int, info: ShardInfo) -> WorkbenchError:
+    return WorkbenchError(f"shard {where}: corrupt or truncated ({actual} bytes, the index says {info.bytes}): "
+                          "re-run the ingest")
 
 
 def sample_item(entries: dict[str, Any], label_type: str) -> Item:
@@ -463,10 +471,9 @@ def fetch_items(store: Store, split: str, info: ShardInfo, label_type: str,
     try:
         head = store.head(key)
     except KeyError:
-        raise WorkbenchError(f"shard {where} is listed in the index but missing: re-run the ingest") from None
+        raise _missing(where) from None
     if head.size != info.bytes:
-        raise WorkbenchError(
-            f"shard {where}: corrupt or truncated ({head.size} bytes, the index says {info.bytes}): re-run the ingest")
+        raise _wrong_size(where, head.size, info)
     items = []
     for run in sample_runs([info.members[i] for i in which]):
         start = run[0].start
@@ -487,10 +494,9 @@ def _piece_items(store: Store, split: str, info: ShardInfo, table: SpanTable, la
     try:
         pieces = store.get_ranges(f"{split}/{info.name}", info.bytes, table.pieces())
     except KeyError:
-        raise WorkbenchError(f"shard {where} is listed in the index but missing: re-run the ingest") from None
+        raise _missing(where) from None
     except WrongSize as exc:
-        raise WorkbenchError(f"shard {where}: corrupt or truncated ({exc.actual} bytes, the index says "
-                             f"{info.bytes}): re-run the ingest") from None
+        raise _wrong_size(where, exc.actual, info) from None
     exts, width = table.exts, 2 * len(table.exts) + 1
     label_ext = {"int": INT_LABEL_ENTRY if INT_LABEL_ENTRY in exts else None,
                  "blob": next((e for e in BLOB_LABEL_ENTRIES if e in exts[1:]), None)}.get(label_type)
@@ -504,8 +510,7 @@ def _piece_items(store: Store, split: str, info: ShardInfo, table: SpanTable, la
         for header in range(at, at + width, 2):
             crc = zlib.crc32(pieces[header], crc)
         if crc != expected:
-            raise WorkbenchError(f"shard {where}: corrupt or truncated tar (the tar headers of the sample at byte "
-                                 f"{start} are not those the index recorded): re-run the ingest")
+            raise headers_changed(where, start)
         try:
             if not common:
                 raise ValueError("not the common case")

@@ -215,10 +215,15 @@ fn os_error(path: &str, error: std::io::Error) -> PyErr {
 pub(crate) struct Unfilled(pub(crate) *mut u8, pub(crate) usize);
 unsafe impl Send for Unfilled {}
 
-/// Read whole files, in order, into new `bytes` objects, without the GIL but for one moment to make them:
-/// one call for a loader's request of many small files, and no copy after the read.
+/// Read whole files, in order, into `bytes` objects, without the GIL but for one moment to make them: one call
+/// for a loader's request of many small files, and no copy after the read. With `reserved` (`reserve` of the
+/// sizes the files had at ingest, made in the consuming thread), each file whose size is still the one reserved
+/// is read into its reserved object; any other gets a new one.
 #[pyfunction]
-fn read_files<'py>(py: Python<'py>, paths: Vec<String>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+#[pyo3(signature = (paths, reserved = None))]
+fn read_files<'py>(py: Python<'py>, paths: Vec<String>, reserved: Option<&ranges::Reserved>)
+        -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    let mut spare = reserved.map(ranges::Reserved::take_all).unwrap_or_default().into_iter();
     let opened = py
         .allow_threads(|| {
             paths
@@ -235,14 +240,17 @@ fn read_files<'py>(py: Python<'py>, paths: Vec<String>) -> PyResult<Vec<Bound<'p
     let mut bodies = Vec::with_capacity(opened.len());
     let mut targets = Vec::with_capacity(opened.len());
     for (_, size) in &opened {
-        let (body, target) = ranges::unfilled(py, *size)?;
-        targets.push(target);
+        let body = match spare.next().map(|body| body.into_bound(py)) {
+            Some(body) if body.as_bytes().len() == *size => body,
+            _ => ranges::unfilled(py, *size)?.0,
+        };
+        targets.push(Unfilled(body.as_bytes().as_ptr() as *mut u8, *size));
         bodies.push(body);
     }
     let read = py.allow_threads(move || {
         for (index, ((mut file, _), target)) in opened.into_iter().zip(targets).enumerate() {
-            // SAFETY: each target is a fresh bytes object of exactly this size, referenced only by `bodies`,
-            // which stays alive (and unseen by Python) until this returns.
+            // SAFETY: each target is a bytes object of exactly this size that Python has not seen: new, or
+            // held only by a `Reserved` (no accessor) and now by `bodies`, alive until this returns.
             let buffer = unsafe { std::slice::from_raw_parts_mut(target.0, target.1) };
             file.read_exact(buffer).map_err(|e| (index, e))?;
         }
@@ -259,6 +267,8 @@ fn workbench_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<S3Fetcher>()?;
     module.add_function(wrap_pyfunction!(read_files, module)?)?;
     module.add_class::<ranges::S3RangeReader>()?;
+    module.add_class::<ranges::Reserved>()?;
+    module.add_function(wrap_pyfunction!(ranges::reserve, module)?)?;
     module.add("SizeMismatch", module.py().get_type::<ranges::SizeMismatch>())?;
     Ok(())
 }

@@ -9,7 +9,7 @@
 //! runtime, no threads: safe in a forked child.
 
 use std::io::{self, Read};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::buffer::PyBuffer;
@@ -116,6 +116,52 @@ pub(crate) fn unfilled(py: Python<'_>, length: usize) -> PyResult<(Bound<'_, PyB
     Ok((body, target))
 }
 
+/// `bytes` objects made in the calling thread, kept unseen until one `S3RangeReader.read_ranges` fills them.
+///
+/// Why: glibc gives each thread that allocates its own heap (arena), and each heap keeps its own high-water
+/// mark. A shard reader's GETs run on a pool of threads; pieces made there spread over one heap per thread
+/// (s3-shards at 20,000 samples: 7 heaps of 40-54 MB). Made by the one thread that submits the GETs and
+/// consumes the samples, they share its heap, which reuses what the consumer frees.
+#[pyclass(frozen, module = "workbench_native")]
+pub struct Reserved {
+    bodies: Mutex<Vec<Py<PyBytes>>>,
+}
+
+/// `Reserved` pieces of these lengths (a buffer of int64), made now in this thread.
+#[pyfunction]
+pub(crate) fn reserve(py: Python<'_>, lengths: PyBuffer<i64>) -> PyResult<Reserved> {
+    let mut bodies = Vec::new();
+    for length in lengths.to_vec(py)? {
+        let length = usize::try_from(length).map_err(|_| PyValueError::new_err(format!("length {length} < 0")))?;
+        bodies.push(unfilled(py, length)?.0.unbind());
+    }
+    Ok(Reserved { bodies: Mutex::new(bodies) })
+}
+
+impl Reserved {
+    /// All the bodies, taken out for one read (none left for another).
+    pub(crate) fn take_all(&self) -> Vec<Py<PyBytes>> {
+        std::mem::take(&mut *self.bodies.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The bodies, taken out for one read; they go back with `put_back` if it fails (a retry reads into them).
+    fn take(&self, py: Python<'_>, ranges: &[(u64, u64)]) -> PyResult<Vec<Py<PyBytes>>> {
+        let bodies = self.take_all();
+        let fits = bodies.len() == ranges.len()
+            && bodies.iter().zip(ranges).all(|(body, &(_, length))| body.bind(py).as_bytes().len() as u64 == length);
+        if !fits {
+            let reason = if bodies.is_empty() { "was read into already" } else { "does not match the ranges" };
+            self.put_back(bodies);
+            return Err(PyValueError::new_err(format!("reserved: {reason}; reserve the ranges' lengths anew")));
+        }
+        Ok(bodies)
+    }
+
+    fn put_back(&self, bodies: Vec<Py<PyBytes>>) {
+        *self.bodies.lock().unwrap_or_else(|e| e.into_inner()) = bodies;
+    }
+}
+
 /// GETs of one bucket whose bodies are read as byte ranges into `bytes` objects, one call per object.
 #[pyclass(frozen, module = "workbench_native")]
 pub struct S3RangeReader {
@@ -164,19 +210,21 @@ impl S3RangeReader {
     }
 
     /// GET `key`, which must be `size` bytes (else `SizeMismatch(actual)`), and return each of `ranges` (a
-    /// buffer of int64 (offset, length) pairs, in order, apart) as a new `bytes` object. Missing key:
+    /// buffer of int64 (offset, length) pairs, in order, apart) as a `bytes` object: new ones, or those of
+    /// `reserved` (`reserve` of the ranges' lengths; kept there for a retry if this fails). Missing key:
     /// FileNotFoundError; refused: PermissionError; stalled: TimeoutError; anything else: ConnectionError, each
     /// with the server's words.
-    fn read_ranges<'py>(&self, py: Python<'py>, key: &str, size: u64, ranges: PyBuffer<i64>)
-            -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    #[pyo3(signature = (key, size, ranges, reserved = None))]
+    fn read_ranges<'py>(&self, py: Python<'py>, key: &str, size: u64, ranges: PyBuffer<i64>,
+                        reserved: Option<&Reserved>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
         let ranges = checked_ranges(&ranges.to_vec(py)?, size)?;
-        let mut bodies = Vec::with_capacity(ranges.len());
-        let mut targets = Vec::with_capacity(ranges.len());
-        for &(offset, length) in &ranges {
-            let (body, target) = unfilled(py, length as usize)?;
-            targets.push((offset, target));
-            bodies.push(body);
-        }
+        let bodies: Vec<Bound<'py, PyBytes>> = match reserved {
+            Some(reserved) => reserved.take(py, &ranges)?.into_iter().map(|body| body.into_bound(py)).collect(),
+            None => ranges.iter().map(|&(_, length)| Ok(unfilled(py, length as usize)?.0)).collect::<PyResult<_>>()?,
+        };
+        let targets: Vec<(u64, Unfilled)> = ranges.iter().zip(&bodies)
+            .map(|(&(offset, length), body)| (offset, Unfilled(body.as_bytes().as_ptr() as *mut u8, length as usize)))
+            .collect();
         let url = self.bucket.get_object(Some(&self.credentials), key).sign(SIGNED_FOR);
         let read = py.allow_threads(move || {
             let response = self.agent.get(url.as_str()).call().map_err(|error| match error {
@@ -191,8 +239,8 @@ impl S3RangeReader {
             let mut at = 0u64;
             for (offset, target) in targets {
                 io::copy(&mut (&mut body).take(offset - at), &mut io::sink()).map_err(body_failed)?;
-                // SAFETY: each target is a fresh bytes object of exactly this size, referenced only by `bodies`,
-                // which stays alive (and unseen by Python) until this returns.
+                // SAFETY: each target is a bytes object of exactly this size that Python has not seen: new, or
+                // held only by a `Reserved` (no accessor) and now by `bodies`, alive until this returns.
                 let buffer = unsafe { std::slice::from_raw_parts_mut(target.0, target.1) };
                 // a body that ends before its Content-Length is a broken connection (transient), not a short object
                 body.read_exact(buffer).map_err(body_failed)?;
@@ -205,6 +253,14 @@ impl S3RangeReader {
             }
             Ok(())
         });
-        read.map(|()| bodies).map_err(|failure| failure.into_py(key))
+        match read {
+            Ok(()) => Ok(bodies),
+            Err(failure) => {
+                if let Some(reserved) = reserved {
+                    reserved.put_back(bodies.into_iter().map(Bound::unbind).collect());
+                }
+                Err(failure.into_py(key))
+            }
+        }
     }
 }

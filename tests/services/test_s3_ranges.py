@@ -10,8 +10,10 @@ import random
 import time
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from heap_checks import glibc_only, in_a_thread_heap
 from pydantic import SecretStr
 
 from workbench.backends.registry import make_backend
@@ -158,3 +160,41 @@ def test_a_body_cut_short_is_a_transient_failure_not_a_short_object(stack, objec
     finally:
         proxy.remove_toxic("s3", name)
     assert proxied.get_ranges(key, len(data), ranges) == [data[a : a + n] for a, n in ranges]
+
+
+# ------------------------------------------------------------------------------ reserved pieces
+
+
+def test_reserved_pieces_are_filled_once_and_kept_for_a_retry_when_a_read_fails(stack, objects):
+    store, written = objects
+    key, (data, ranges) = next((k, v) for k, v in written.items() if len(v[0]) == 300_000)
+    reserved = store.reserve_ranges(ranges)
+    with pytest.raises(KeyError):
+        store.get_ranges("r/none.bin", len(data), ranges, reserved)
+    with pytest.raises(WrongSize):
+        store.get_ranges(key, len(data) + 1, ranges, reserved)
+    assert store.get_ranges(key, len(data), ranges, reserved) == [data[a : a + n] for a, n in ranges]
+    with pytest.raises(ValueError, match="reserved: was read into already; reserve the ranges' lengths anew"):
+        store.get_ranges(key, len(data), ranges, reserved)
+    with pytest.raises(ValueError, match="reserved: does not match the ranges"):
+        store.get_ranges(key, len(data), ranges[:-1], store.reserve_ranges(ranges))
+
+
+@glibc_only
+def test_the_shards_loader_keeps_its_pieces_in_the_consuming_threads_heap(stack, scratch_bucket, shards):
+    """Its shard GETs run on a pool of threads, but each shard's pieces are reserved by the thread that submits
+    them (`reserve_items`), here the main one: no piece is in a pool thread's heap (glibc keeps one per thread
+    that allocates, each with its own high-water mark)."""
+    source, expected = shards
+    loader = make_loader("s3-shards", stack, dataset=source.name, bucket=scratch_bucket, parallel_shards=4)
+    items = list(loader)
+    loader.close()
+    assert Counter(item.key for item in items) == Counter(list(expected))
+    big = [item.data for item in items if len(item.data) > 512]
+    assert len(big) > len(items) // 2 and not any(in_a_thread_heap(data) for data in big)
+    reference = S3Store(stack, scratch_bucket, loader.store.prefix)  # the same read on a pool thread, unreserved
+    info = loader.shards()[0]
+    with ThreadPoolExecutor(1) as pool:
+        pieces = pool.submit(reference.get_ranges, f"{loader.config.split}/{info.name}", info.bytes,
+                             info.members.pieces()).result()
+    assert any(in_a_thread_heap(piece) for piece in pieces if len(piece) > 512)

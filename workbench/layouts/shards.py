@@ -454,16 +454,24 @@ def _entries(data: bytes | memoryview, span: SampleSpan, where: str, base: int) 
     return entries
 
 
+def reserve_items(store: Store, info: ShardInfo) -> Any | None:
+    """Memory for all of one shard's pieces, made in the calling thread, for a `fetch_items` of the whole shard
+    in another (`Store.reserve_ranges`: a reader that GETs shards on a pool keeps their pieces in the heap of
+    the thread that consumes them). None when the shard is not read as pieces or the store has no use for it."""
+    return store.reserve_ranges(info.members.pieces()) if isinstance(info.members, SpanTable) else None
+
+
 def fetch_items(store: Store, split: str, info: ShardInfo, label_type: str,
-                which: Sequence[int] | None = None) -> list[Item]:
-    """Items of one indexed shard: all of them from one GET of the shard, or with `which` (sample positions in
-    the shard) only those, from ranged GETs of their bytes when the index has the shard's spans.
+                which: Sequence[int] | None = None, reserved: Any | None = None) -> list[Item]:
+    """Items of one indexed shard: all of them from one GET of the shard (into `reserved`, `reserve_items` of
+    it, when given), or with `which` (sample positions in the shard) only those, from ranged GETs of their
+    bytes when the index has the shard's spans.
 
     Either way the shard's size must be what the index says; damage is a WorkbenchError naming the shard.
     """
     where = f"{store.where}/{split}/{info.name}"
     if which is None and isinstance(info.members, SpanTable):
-        return _piece_items(store, split, info, info.members, label_type)
+        return _piece_items(store, split, info, info.members, label_type, reserved)
     if which is None or info.members is None:
         items = shard_items(fetch_shard(store, split, info), where, label_type, info.members)
         return items if which is None else [items[i] for i in which]
@@ -485,14 +493,15 @@ def fetch_items(store: Store, split: str, info: ShardInfo, label_type: str,
     return items
 
 
-def _piece_items(store: Store, split: str, info: ShardInfo, table: SpanTable, label_type: str) -> list[Item]:
+def _piece_items(store: Store, split: str, info: ShardInfo, table: SpanTable, label_type: str,
+                 reserved: Any | None = None) -> list[Item]:
     """Items of a shard whose samples have the same entries, from its pieces (`SpanTable.pieces`, one
     `Store.get_ranges`): each payload is its own `bytes` as read (no whole shard in memory, no slice in Python),
     each sample's header pieces checked against its CRC; a sample off the common case goes through
     `sample_item` (same labels, same errors as `_sliced_item`)."""
     where = f"{store.where}/{split}/{info.name}"
     try:
-        pieces = store.get_ranges(f"{split}/{info.name}", info.bytes, table.pieces())
+        pieces = store.get_ranges(f"{split}/{info.name}", info.bytes, table.pieces(), reserved)
     except KeyError:
         raise _missing(where) from None
     except WrongSize as exc:

@@ -27,12 +27,13 @@ cortx_pytorch's API over this reader (``make_client``, ``RemoteDataset``) is `wo
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import warnings
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field
@@ -54,7 +55,7 @@ from workbench.config import Settings
 from workbench.data import ShardInfo, read_shard
 from workbench.data.shards import slice_shard
 from workbench.errors import WorkbenchError
-from workbench.layouts.shards import fetch_items, fetch_shard, read_split_index, sample_item
+from workbench.layouts.shards import fetch_items, fetch_shard, read_split_index, reserve_items, sample_item
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, resume_shards, shuffle_buffer, take_shard
 from workbench.loaders.retry import RetryConfig, policy_of
@@ -211,9 +212,10 @@ class S3ShardsLoader(HasWindow, S3StoreLoader):
         fn = fetch or self.fetch_raw
         return policy_of(self.config).call(lambda: fn(info), f"GET {self.shard_url(info)}")
 
-    def fetch(self, info: ShardInfo) -> list[Item]:
-        """GET one shard and cut it into Items (sliced by the index, or parsed for a version-1 index)."""
-        return fetch_items(self.store, self.config.split, info, self.config.label_type)
+    def fetch(self, info: ShardInfo, reserved: Any | None = None) -> list[Item]:
+        """GET one shard and cut it into Items (read as pieces, into `reserved` when given, or sliced by the
+        index, or parsed for a version-1 index)."""
+        return fetch_items(self.store, self.config.split, info, self.config.label_type, reserved=reserved)
 
     def fetch_raw(self, info: ShardInfo) -> list[dict[str, Any]]:
         """GET one shard as webdataset-style sample dicts (with ``__key__`` and ``__url__``), for `raw_samples`."""
@@ -248,8 +250,15 @@ class S3ShardsLoader(HasWindow, S3StoreLoader):
             finally:
                 wanted.close()
             return
-        fetched = in_flight(mine, lambda info: pool.submit(self.fetch_retrying, info, fetch), self._window,
-                            ordered=self.config.ordered)
+
+        def submit(info: ShardInfo) -> Future[list[T]]:
+            # the shard's pieces are made here, in the thread that consumes them, so that one heap holds the
+            # pieces of every shard, not one heap per pool thread (`reserve_items`)
+            reserved = reserve_items(self.store, info) if fetch == self.fetch else None
+            return pool.submit(self.fetch_retrying, info, fetch if reserved is None else
+                               functools.partial(self.fetch, reserved=reserved))
+
+        fetched = in_flight(mine, submit, self._window, ordered=self.config.ordered)
 
         def stream() -> Iterator[T]:
             for _, shard_samples in fetched:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -63,10 +64,19 @@ class Store(ABC):
         readers that slice a big object (shards). KeyError when there is no such key."""
         return memoryview(self.get(key)[0])
 
-    def get_ranges(self, key: str, size: int, ranges: Sequence[tuple[int, int]] | np.ndarray) -> list[bytes]:
+    def reserve_ranges(self, ranges: Sequence[tuple[int, int]] | np.ndarray) -> Any | None:
+        """Memory for a later `get_ranges` of these ranges, made now, in the calling thread (None: the store has
+        no use for it). Why: a reader whose reads run on a pool of threads but whose pieces are consumed in one
+        keeps them in one heap by reserving them there (glibc keeps a heap, and its high-water mark, per thread
+        that allocates)."""
+        return None
+
+    def get_ranges(self, key: str, size: int, ranges: Sequence[tuple[int, int]] | np.ndarray,
+                   reserved: Any | None = None) -> list[bytes]:
         """Byte ranges ((offset, length) rows, in order, apart) of `key`, from one read of it, each as `bytes`: for
         readers that cut many pieces out of a big object (shards). `key` must be `size` bytes, else WrongSize;
-        KeyError when there is no such key. Stores with a native client read the ranges straight off the body."""
+        KeyError when there is no such key. Stores with a native client read the ranges straight off the body,
+        into `reserved` (`reserve_ranges` of the same ranges) when given."""
         data = self.get_view(key)
         if len(data) != size:
             raise WrongSize(len(data))

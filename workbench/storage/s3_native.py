@@ -24,7 +24,7 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -142,7 +142,7 @@ class NativeS3Store(BotoS3Store):
                  connections: int = 64) -> None:
         super().__init__(settings, bucket, prefix, via_proxy, connections)
         self._native = None
-        self._ranges: Any = None  # (S3RangeReader, SizeMismatch), made on first use; False: not installed
+        self._ranges: Any = None  # (S3RangeReader, SizeMismatch, reserve), made on first use; False: not installed
         self._checked_plain = False
 
     @property
@@ -200,29 +200,40 @@ class NativeS3Store(BotoS3Store):
         with self.native_errors(f"reading {self.full(key)}", missing=key):
             return memoryview(obstore.get(self.native, self.full(key)).bytes())  # the client's buffer: no copy
 
-    def get_ranges(self, key: str, size: int, ranges: Sequence[tuple[int, int]] | np.ndarray) -> list[bytes]:
+    def reserve_ranges(self, ranges: Sequence[tuple[int, int]] | np.ndarray) -> Any | None:
+        """The ranges' `bytes` objects, made now by the extension (`reserve`), unseen until `get_ranges` fills
+        them; None on obstore's path."""
+        native = None if self._on_boto else self._range_reader()
+        if native is None:
+            return None
+        reserve = native[2]
+        return reserve(np.ascontiguousarray(np.asarray(ranges, dtype=np.int64).reshape(-1, 2)[:, 1]))
+
+    def get_ranges(self, key: str, size: int, ranges: Sequence[tuple[int, int]] | np.ndarray,
+                   reserved: Any | None = None) -> list[bytes]:
         """Through our extension's `S3RangeReader` (``native/src/ranges.rs``): one GET whose body lands in the
-        ranges' `bytes` objects, no whole-object buffer and no Python slicing (shards: about half the client CPU
-        a MB of obstore's get plus slices)."""
+        ranges' `bytes` objects (`reserved`'s, when given), no whole-object buffer and no Python slicing (shards:
+        about half the client CPU a MB of obstore's get plus slices)."""
         native = None if self._on_boto else self._range_reader()
         if native is None:
             return super().get_ranges(key, size, ranges)
-        reader, size_mismatch = native
+        reader, size_mismatch, _ = native
         with self.native_errors(f"reading {self.full(key)}", missing=key):
             try:
-                return reader.read_ranges(self.full(key), size, np.ascontiguousarray(ranges, dtype=np.int64))
+                return reader.read_ranges(self.full(key), size, np.ascontiguousarray(ranges, dtype=np.int64),
+                                          reserved)
             except size_mismatch as exc:
                 raise WrongSize(exc.args[0]) from None
 
-    def _range_reader(self) -> tuple[Any, type[Exception]] | None:
-        """The store's range reader (thread-safe, no threads of its own, so fork is harmless) and the extension's
-        SizeMismatch, or None without the extension (obstore's get and Python slices then)."""
+    def _range_reader(self) -> tuple[Any, type[Exception], Callable[[np.ndarray], Any]] | None:
+        """The store's range reader (thread-safe, no threads of its own, so fork is harmless), the extension's
+        SizeMismatch and its `reserve`, or None without the extension (obstore's get and Python slices then)."""
         with self._lock:
             if self._ranges is None:
                 native = load_extension("shards are read whole and sliced in Python")
                 self._ranges = False if native is None else (
                     range_reader(native, self.settings, self.bucket, self.via_proxy, self.connections),
-                    native.SizeMismatch)
+                    native.SizeMismatch, native.reserve)
             return self._ranges or None
 
     def get_range(self, key: str, start: int, end: int, etag: str | None = None) -> bytes:

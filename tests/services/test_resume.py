@@ -123,9 +123,9 @@ class CountingShards(S3ShardsLoader):
         self.whole: list[str] = []
         self.ranged: list[tuple[str, int]] = []
 
-    def fetch(self, info):
+    def fetch(self, info, reserved=None):
         self.whole.append(info.name)
-        return super().fetch(info)
+        return super().fetch(info, reserved)
 
     def _fetch_members(self, info, members, fetch):
         if info.members is not None and len(members) < info.samples:

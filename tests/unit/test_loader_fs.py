@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import pickle
 import uuid
 from collections import Counter
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as settings_profile
+from hypothesis import strategies as st
 from shared_sources import TwoSplits
 from torch.utils.data import DataLoader
 
@@ -17,8 +21,9 @@ from workbench.bench.loader_process import EpochRunner, fresh_process_epochs, lo
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
+from workbench.layouts.objects import JOURNAL
 from workbench.loaders import make_loader
-from workbench.loaders.fs import raw_ceiling
+from workbench.loaders.fs import FileEntry, FileList, raw_ceiling, read_journal
 
 LAYOUTS = ["imagefolder", "shards"]
 N = 60
@@ -272,3 +277,26 @@ def test_a_loader_error_in_the_fresh_process_is_raised_here_as_it_is(settings, s
     with pytest.raises(WorkbenchError) as fresh:
         fresh_process_epochs("fs", settings, config, max_seconds=30, repeats=1)
     assert str(fresh.value) == str(here.value) and "nowhere" in str(fresh.value)
+
+
+@settings_profile(max_examples=60, deadline=None)
+@given(st.lists(st.builds(FileEntry, rel=st.text(min_size=1, max_size=40), id=st.text(max_size=40),
+                          label=st.none() | st.integers(-(2**70), 2**70), blob=st.booleans(),
+                          size=st.none() | st.integers(0, 2**62 - 1)), max_size=30))
+def test_the_packed_file_list_gives_back_every_entry_as_it_was(entries):
+    files = FileList(entries)
+    assert len(files) == len(entries) and list(files) == entries
+    assert [files.id(i) for i in range(len(entries))] == [e.id for e in entries]
+    assert files.sizes(list(range(len(entries)))[::-1]) == [e.size for e in reversed(entries)]
+    assert [files[i - len(entries)] for i in range(len(entries))] == entries
+    for beyond in (len(entries), -len(entries) - 1):
+        with pytest.raises(IndexError):
+            files[beyond]
+
+
+def test_a_journal_size_that_is_not_a_byte_count_is_left_unknown(tmp_path):
+    (tmp_path / JOURNAL).mkdir()
+    lines = [{"key": f"train/{n}.jpg", "id": str(n), "label": 1, "size": size}
+             for n, size in enumerate([5, -1, "7", 2**70, None, 1.5])]
+    (tmp_path / JOURNAL / "0001.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert [read_journal(tmp_path)[f"train/{n}.jpg"].size for n in range(6)] == [5, None, None, None, None, None]

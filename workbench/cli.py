@@ -363,11 +363,12 @@ def bench_rss_command(
     rows = bench_rss(get_settings(), loader or default_loaders(), counts, mean_kb, parse_concurrency(concurrency),
                      repeats, results_dir)
     table = Table("loader", "backend", "samples", "peak RSS MB", "min", "max", "RSS before reading", "/ smallest",
-                  title=f"peak RSS vs dataset size: {mean_kb:.0f} KB samples, median of {repeats} fresh processes")
+                  "widest window", title=f"peak RSS vs dataset size: {mean_kb:.0f} KB samples, median of {repeats} "
+                                         "fresh processes")
     for r in rows:
         table.add_row(r["loader"], r["backend"], str(r["count"]), f"{r['peak_rss_mb']:.0f}",
                       f"{r['peak_rss_mb_min']:.0f}", f"{r['peak_rss_mb_max']:.0f}", f"{r['start_rss_mb']:.0f}",
-                      f"{r['rss_ratio']:.2f}")
+                      f"{r['rss_ratio']:.2f}", r["widest_window"])
     console.print(table)
     console.print(f"results: {results_dir}")
 

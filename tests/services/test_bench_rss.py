@@ -19,6 +19,7 @@ def test_every_loader_reads_each_whole_dataset_in_its_own_process(stack, tmp_pat
     assert all(r["samples"] == r["count"] and r["bytes"] > r["count"] * 1000 for r in rows)
     assert all(r["peak_rss_mb"] >= r["start_rss_mb"] > 20 for r in rows)  # a real interpreter's own figures
     assert [r["rss_ratio"] for r in rows if r["count"] == 30] == [1.0, 1.0]
+    assert all(len(r["widest_window"].split()) == 1 and int(r["widest_window"]) >= 4 for r in rows)  # per process
     written = json.loads(next(tmp_path.glob("rss-*.json")).read_text())["rows"]
     assert len(written) == 4 and "environment" in written[0]
 

@@ -46,8 +46,10 @@ def read_epoch(loader_name: str, dataset: str, concurrency: Concurrency) -> dict
         for batch in loader.batches():
             samples += len(batch)
             nbytes += batch.nbytes
+        widest = max(getattr(loader, "window_history", None) or [0])
     peak_mb = _status_mb("VmHWM")
-    return {"samples": samples, "bytes": nbytes, "start_rss_mb": start_mb, "peak_rss_mb": peak_mb}
+    return {"samples": samples, "bytes": nbytes, "start_rss_mb": start_mb, "peak_rss_mb": peak_mb,
+            "widest_window": widest}
 
 
 def measure(loader_name: str, dataset: str, concurrency: Concurrency, timeout_s: float) -> dict:
@@ -89,7 +91,10 @@ def bench_rss(settings: Settings, loaders: list[str], counts: list[int], mean_kb
                          "repeats": repeats, "samples": runs[0]["samples"], "bytes": runs[0]["bytes"],
                          "peak_rss_mb": statistics.median(peaks), "peak_rss_mb_min": min(peaks),
                          "peak_rss_mb_max": max(peaks),
-                         "start_rss_mb": statistics.median(r["start_rss_mb"] for r in runs)})
+                         "start_rss_mb": statistics.median(r["start_rss_mb"] for r in runs),
+                         # requests in flight are memory too: an "auto" window that opened wider in a longer epoch
+                         # (0: the loader keeps no window) explains growth that is not the dataset's
+                         "widest_window": " ".join(str(r["widest_window"]) for r in runs)})
     add_rss_ratios(rows)
     write_results(results_dir, time.strftime("rss-%Y%m%d-%H%M%S"), rows, describe_environment(settings))
     return rows

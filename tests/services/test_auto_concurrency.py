@@ -87,12 +87,12 @@ def test_bench_loaders_records_the_window_of_every_row(stack, tmp_path):
 
 
 def test_a_shard_reader_records_its_shard_gets_and_its_ceiling_runs_at_them(stack, tmp_path):
-    """s3-shards keeps its own window of whole-shard GETs (`parallel_shards`, "auto": from 4, within READ_BUDGET):
+    """s3-shards keeps its own window of whole-shard GETs (`parallel_shards`, "auto": from what READ_BUDGET holds):
     its rows record the window it ended with, and its native ceiling runs at those shard GETs, not at the 32 of a
     plain loop."""
     rows = bench_loaders(stack, ["s3-shards"], count=400, mean_kb=8, concurrency="auto", rtts_ms=[0.0], repeats=1,
                          results_dir=tmp_path)
     window = {r["loader"]: (r["window"], r["window_history"]) for r in rows}
     loader, history = window["s3-shards"]
-    assert history.split()[0] == str(AUTO_START) and 1 <= loader <= MAX_PARALLEL_SHARDS, rows
+    assert int(history.split()[0]) >= AUTO_START and 1 <= loader <= MAX_PARALLEL_SHARDS, rows
     assert window["ceiling:s3-shards"] == (loader, str(loader)), rows

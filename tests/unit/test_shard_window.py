@@ -27,10 +27,10 @@ def test_a_number_is_a_fixed_window_whatever_the_shards():
     assert isinstance(window, FixedWindow) and window.depth == 6
 
 
-def test_auto_starts_at_the_old_default_and_widens_within_the_budget_of_the_largest_shard():
+def test_auto_starts_at_what_the_budget_holds_of_the_largest_shard():
     window = shard_window("auto", shards(5 * MB, 11 * MB, 8 * MB), readers=1)
     assert isinstance(window, AutoWindow)
-    assert (window.depth, window.cap) == (AUTO_START, READ_BUDGET // (11 * MB))
+    assert window.depth == window.cap == READ_BUDGET // (11 * MB) > AUTO_START
     assert window.cap * 11 * MB <= READ_BUDGET
 
 
@@ -44,17 +44,17 @@ def test_tiny_shards_stop_at_the_threads_and_connections_provided():
     assert shard_window("auto", shards(1000), readers=1).cap == MAX_PARALLEL_SHARDS
 
 
-def test_auto_skips_the_ramp():
-    """Whole-shard GETs share the bandwidth and finish together: the ramp would read that as headroom (it opened
-    4 -> 15 at 0 ms here); only timed intervals, whose latency rises when GETs queue, widen it."""
-    window = shard_window("auto", shards(MB), readers=1)
+def test_auto_never_widens_past_its_start():
+    """GETs that share the bandwidth finish together, which a ramp would read as headroom: a window that starts
+    at the budget has none to take, and its first window's worth of completions ends the ramp."""
+    window = shard_window("auto", shards(4 * MB), readers=1)
     window.clock = clock = Clock()
     window.begin(1000)
-    started = [window.started() for _ in range(AUTO_START)]
+    started = [window.started() for _ in range(window.depth)]
     for i, at in enumerate(started):
         clock.now = 0.2 + i * 0.001  # a window's worth, all together after 200 ms: the ramp's "pace"
         window.finished(at)
-    assert window.depth == AUTO_START and not window.ramping
+    assert window.depth == window.cap == READ_BUDGET // (4 * MB) and not window.ramping
 
 
 def test_the_config_takes_auto_or_a_number_and_refuses_zero():

@@ -11,10 +11,11 @@ One epoch of one reader (rank x DataLoader worker):
    says so; nothing hangs). Ingest with a smaller ``maxcount``/``maxsize`` to give every reader work;
 3. shard GETs are kept in flight on a thread pool (`in_flight`, in order unless ``ordered=False``): a number
    `parallel_shards` of them, or with ``parallel_shards="auto"`` (the default) an `AutoWindow` that starts at
-   4 and widens while the rate rises, up to `READ_BUDGET` bytes of shards per process (`shard_window`).
-   Each shard is fetched and cut into Items in a pool thread: read as the pieces a version-2 index names,
-   straight into their `bytes` (`workbench.layouts.shards.fetch_items`, no tar parsing, no whole-shard
-   buffer), parsed only for a version-1 index. At most the window + 1 shards are held in memory;
+   what `READ_BUDGET` bytes of shards per process hold (at least 4) and narrows where fewer GETs hold the rate
+   (`shard_window`). Each shard is fetched and cut into Items in a pool thread: read as the pieces a version-2
+   index names, straight into their `bytes` (`workbench.layouts.shards.fetch_items`, no tar parsing, no
+   whole-shard buffer; the pieces are made beforehand in the consuming thread, `reserve_items`), parsed only for
+   a version-1 index. At most the window + 1 shards are held in memory;
 4. samples pass through a `shuffle_buffer` of `shuffle_buffer` items seeded by (seed, epoch, reader),
    the WebDataset-style approximate shuffle (0 or 1, or ``shuffle=False``: shard order only).
 
@@ -73,27 +74,31 @@ READ_BUDGET = 96 * 2**20
 class S3ShardsConfig(LoaderConfig, S3Location, RetryConfig):
     shuffle_buffer: int = Field(1000, ge=0, le=1_000_000, description="samples in the shuffle buffer (0/1: off)")
     parallel_shards: Annotated[int, Field(ge=1, le=MAX_PARALLEL_SHARDS)] | Literal["auto"] = Field(
-        AUTO, description="shard GETs in flight ahead of the reader, or 'auto': widened while the rate rises, "
-                          "within READ_BUDGET bytes of shards")
+        AUTO, description="shard GETs in flight ahead of the reader, or 'auto': what READ_BUDGET bytes of shards "
+                          "hold (at least 4), narrowed where fewer GETs hold the rate")
 
 
 def shard_window(parallel_shards: int | Literal["auto"], shards: Sequence[ShardInfo], readers: int) -> Window:
-    """The window of shard GETs: `parallel_shards` of them, or for "auto" an AutoWindow from AUTO_START up to
-    what `READ_BUDGET`, shared by the process's `readers` (DataLoader workers), holds of the largest shard.
+    """The window of shard GETs: `parallel_shards` of them, or for "auto" an AutoWindow of what `READ_BUDGET`,
+    shared by the process's `readers` (DataLoader workers), holds of the largest shard, which starts there and
+    narrows where fewer GETs hold the rate.
 
     Why a byte budget: a shard in flight is held whole in memory (as its pieces, allocated when its GET starts), and
     shards run from a few MB to GBs. A wider window hides a longer round trip (measured here, 50 ms RTT, 12 MB
     shards: 4 GETs 2,395-2,761 samples/s, 8 GETs 3,042-3,248), but up to 23 of them (a 256 MiB budget) took peak
     RSS from 300-390 MB to 450-870. Never below AUTO_START, the fixed default before "auto": shards too big for
-    the budget keep 4 in flight as before. No ramp (`ramp_factor` 1): GETs that share the bandwidth finish
-    together, which the ramp reads as headroom (it opened 4 -> 15 at 0 ms); the timed intervals widen the window
-    only while the GETs' latency does not rise with it.
+    the budget keep 4 in flight as before. Why start at the budget, not at 4 and widen: memory is the only cost
+    of a wider window and the budget bounds it; started at 4, a short epoch (2,000 samples, 20 shards) ended
+    before the window had opened (0.85-0.89 of the Go ceiling at 0 and 50 ms in one run, at 2-4 GETs, against
+    1.05 and 1.01 started at 8, same run), and a longer one opened it later, so peak RSS grew with the epoch's
+    length (251 -> 308 MB from 2,000 to 20,000 samples; 290 -> 308 started at 8). It narrows where the GETs'
+    latency rises with no gain in rate, and in a later epoch's re-check by rate alone.
     """
     if parallel_shards != AUTO:
         return make_window(parallel_shards)
     largest = max((info.bytes for info in shards), default=1)
     cap = min(MAX_PARALLEL_SHARDS, max(AUTO_START, READ_BUDGET // max(1, readers) // max(1, largest)))
-    return AutoWindow(start=AUTO_START, cap=cap, ramp_factor=1.0)
+    return AutoWindow(start=cap, cap=cap)
 
 
 def locate_prefix(settings: Settings, backend: str, config: LoaderConfig) -> tuple[str, str]:

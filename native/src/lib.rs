@@ -215,6 +215,14 @@ fn os_error(path: &str, error: std::io::Error) -> PyErr {
 pub(crate) struct Unfilled(pub(crate) *mut u8, pub(crate) usize);
 unsafe impl Send for Unfilled {}
 
+impl Unfilled {
+    /// Where to write `body`'s bytes (all of them) while the GIL is released.
+    pub(crate) fn of(body: &Bound<'_, PyBytes>) -> Self {
+        let bytes = body.as_bytes();
+        Unfilled(bytes.as_ptr() as *mut u8, bytes.len())
+    }
+}
+
 /// Read whole files, in order, into `bytes` objects, without the GIL but for one moment to make them: one call
 /// for a loader's request of many small files, and no copy after the read. With `reserved` (`reserve` of the
 /// sizes the files had at ingest, made in the consuming thread), each file whose size is still the one reserved
@@ -242,9 +250,9 @@ fn read_files<'py>(py: Python<'py>, paths: Vec<String>, reserved: Option<&ranges
     for (_, size) in &opened {
         let body = match spare.next().map(|body| body.into_bound(py)) {
             Some(body) if body.as_bytes().len() == *size => body,
-            _ => ranges::unfilled(py, *size)?.0,
+            _ => ranges::unfilled(py, *size)?,
         };
-        targets.push(Unfilled(body.as_bytes().as_ptr() as *mut u8, *size));
+        targets.push(Unfilled::of(&body));
         bodies.push(body);
     }
     let read = py.allow_threads(move || {

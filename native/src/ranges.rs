@@ -104,16 +104,14 @@ fn checked_ranges(flat: &[i64], size: u64) -> PyResult<Vec<(u64, u64)>> {
 }
 
 /// A new `bytes` object of `length` bytes left unfilled (pyo3's `PyBytes::new_with` zeroes it first: a memset
-/// of every byte read), and where to write them.
-pub(crate) fn unfilled(py: Python<'_>, length: usize) -> PyResult<(Bound<'_, PyBytes>, Unfilled)> {
+/// of every byte read); `Unfilled::of` says where to write them.
+pub(crate) fn unfilled(py: Python<'_>, length: usize) -> PyResult<Bound<'_, PyBytes>> {
     // SAFETY: a null source asks CPython for an uninitialised object of this size; its caller hands it to
     // Python only once every byte is written (on an error it is dropped unseen).
-    let body = unsafe {
-        Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), length as isize))?
-            .downcast_into_unchecked::<PyBytes>()
-    };
-    let target = Unfilled(body.as_bytes().as_ptr() as *mut u8, length);
-    Ok((body, target))
+    unsafe {
+        Ok(Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), length as isize))?
+            .downcast_into_unchecked::<PyBytes>())
+    }
 }
 
 /// `bytes` objects made in the calling thread, kept unseen until one `S3RangeReader.read_ranges` fills them.
@@ -133,7 +131,7 @@ pub(crate) fn reserve(py: Python<'_>, lengths: PyBuffer<i64>) -> PyResult<Reserv
     let mut bodies = Vec::new();
     for length in lengths.to_vec(py)? {
         let length = usize::try_from(length).map_err(|_| PyValueError::new_err(format!("length {length} < 0")))?;
-        bodies.push(unfilled(py, length)?.0.unbind());
+        bodies.push(unfilled(py, length)?.unbind());
     }
     Ok(Reserved { bodies: Mutex::new(bodies) })
 }
@@ -220,11 +218,10 @@ impl S3RangeReader {
         let ranges = checked_ranges(&ranges.to_vec(py)?, size)?;
         let bodies: Vec<Bound<'py, PyBytes>> = match reserved {
             Some(reserved) => reserved.take(py, &ranges)?.into_iter().map(|body| body.into_bound(py)).collect(),
-            None => ranges.iter().map(|&(_, length)| Ok(unfilled(py, length as usize)?.0)).collect::<PyResult<_>>()?,
+            None => ranges.iter().map(|&(_, length)| unfilled(py, length as usize)).collect::<PyResult<_>>()?,
         };
-        let targets: Vec<(u64, Unfilled)> = ranges.iter().zip(&bodies)
-            .map(|(&(offset, length), body)| (offset, Unfilled(body.as_bytes().as_ptr() as *mut u8, length as usize)))
-            .collect();
+        let targets: Vec<(u64, Unfilled)> =
+            ranges.iter().zip(&bodies).map(|(&(offset, _), body)| (offset, Unfilled::of(body))).collect();
         let url = self.bucket.get_object(Some(&self.credentials), key).sign(SIGNED_FOR);
         let read = py.allow_threads(move || {
             let response = self.agent.get(url.as_str()).call().map_err(|error| match error {

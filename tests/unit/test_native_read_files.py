@@ -87,10 +87,15 @@ def test_a_file_whose_size_changed_since_it_was_reserved_is_read_whole_all_the_s
 
 
 def test_a_reservation_is_used_once(files):
+    """A second read with the same reservation makes new objects: it never writes into bytes already handed out."""
     paths, contents = files
     reserved = native.reserve(np.array([len(c) for c in contents], dtype=np.int64))
-    assert native.read_files([str(p) for p in paths], reserved) == contents
-    assert native.read_files([str(p) for p in paths], reserved) == contents  # nothing left: new objects
+    first = native.read_files([str(p) for p in paths], reserved)
+    changed = [os.urandom(len(c)) for c in contents]  # same sizes, other bytes
+    for path, data in zip(paths, changed, strict=True):
+        path.write_bytes(data)
+    assert native.read_files([str(p) for p in paths], reserved) == changed
+    assert first == contents
 
 
 def test_reserve_refuses_a_negative_length():

@@ -17,13 +17,14 @@ from workbench.adapters.torch import LoaderDataset, collate_raw, worker_context
 from workbench.backends.registry import make_backend
 from workbench.checkpoints.ignite import IgniteCheckpoint
 from workbench.clients import ignite_client
+from workbench.clients.ignite import UnusualScan, scan_scalars
 from workbench.compat.ignite_dataset import IgniteDataset, dataset_source
 from workbench.compat.ignite_torch import IgniteTorchDataset
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
 from workbench.loaders import make_loader
-from workbench.loaders.ignite import IgniteLoader, raw_ceiling
+from workbench.loaders.ignite import IgniteLoader, list_split_keys, raw_ceiling
 from workbench.net.toxiproxy import Toxiproxy
 from workbench.storage.ignite_chunks import chunk_cache_of
 
@@ -216,6 +217,49 @@ def test_blob_labels(stack, scratch):
     assert {i.key: i.label for i in items} == {k: s.label for k, s in d.train.items()}
     with pytest.raises(WorkbenchError, match="label_type blob"):
         read(stack, d.name)  # label_type int on blob labels
+
+
+def test_ids_are_listed_page_by_page_as_pyignite_lists_them(stack, data):
+    ids_cache = f"{data.cache}_IDS"
+    with ignite_client(stack) as client:
+        with client.get_cache(ids_cache).scan(page_size=1000) as cursor:
+            expected = sorted(cursor)
+        assert sorted(scan_scalars(client, ids_cache, page_size=30)) == expected  # 250 entries: 9 pages
+        assert len(expected) == N and {s for _, s in expected} == {"train", "val"}
+
+
+def test_a_scan_left_early_or_refused_frees_its_cursor(stack, data):
+    """Ignite keeps at most 128 open cursors a connection: 140 abandoned scans on one client fail unless each
+    scan that stops early closes its cursor on the server."""
+    ids_cache = f"{data.cache}_IDS"
+    with ignite_client(stack) as client:
+        for _ in range(140):
+            pages = scan_scalars(client, ids_cache, page_size=10)
+            next(pages)
+            pages.close()
+        for _ in range(140):  # binary objects: not scalars, handed to pyignite after the first page
+            with pytest.raises(UnusualScan):
+                list(scan_scalars(client, data.cache, page_size=10))
+        assert len(list(scan_scalars(client, ids_cache, page_size=10))) == N
+
+
+def test_ids_that_are_not_strings_are_listed_by_pyignite(stack, unique):
+    """An ids cache written by something else (UUID keys): the struct reader hands it to pyignite's scan."""
+    name = unique.upper()
+    ids = [uuid.uuid4() for _ in range(12)]
+    with ignite_client(stack) as client:
+        client.get_or_create_cache(name)
+        ids_cache = client.get_or_create_cache(f"{name}_IDS")
+        try:
+            for i, key in enumerate(ids):
+                ids_cache.put(key, "val" if i % 4 == 0 else "train")
+            with pytest.raises(UnusualScan):
+                list(scan_scalars(client, f"{name}_IDS", page_size=5))
+            listed = list_split_keys(client, "here", {"cache": name}, name, "train")
+        finally:
+            for cache in (name, f"{name}_IDS"):
+                client.get_cache(cache).destroy()
+    assert listed == sorted(str(key) for i, key in enumerate(ids) if i % 4)
 
 
 def test_unexpected_schema_is_a_clear_error(stack, scratch):

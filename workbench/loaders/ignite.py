@@ -50,7 +50,7 @@ import contextlib
 import logging
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -61,10 +61,12 @@ from workbench.clients.ignite import (
     AioClients,
     FastGetAll,
     ThreadClients,
+    UnusualScan,
     ignite_errors,
     partition_count,
     require_cache,
     scan_cursor,
+    scan_scalars,
     schema_names,
     schema_names_async,
     settings_endpoint,
@@ -500,11 +502,19 @@ def list_split_keys(client: Client, where: str, layout: dict, cache_name: str, s
                     if (s or "train") == split:
                         keys.append(str(key))
         elif ids_cache in names:
-            with client.get_cache(ids_cache).scan(page_size=ID_PAGE_SIZE) as cursor:
-                for key, s in cursor:
+            def take(pairs: Iterable[tuple[Any, Any]]) -> None:
+                for key, s in pairs:
                     splits.add(s or "train")
                     if (s or "train") == split:
                         keys.append(str(key))
+
+            try:
+                take(scan_scalars(client, ids_cache, ID_PAGE_SIZE))
+            except UnusualScan:  # not plain ids and splits, or an error: pyignite decodes it (or raises)
+                keys.clear()
+                splits.clear()
+                with client.get_cache(ids_cache).scan(page_size=ID_PAGE_SIZE) as cursor:
+                    take(cursor)
         else:  # a cache written by something else: learn the keys by scanning it (moves every object once)
             log.warning("Ignite cache %s has no ids cache: listing its keys with a full scan", cache_name)
             with client.get_cache(cache_name).scan(page_size=100) as cursor:

@@ -228,6 +228,15 @@ def test_ids_are_listed_page_by_page_as_pyignite_lists_them(stack, data):
         assert len(expected) == N and {s for _, s in expected} == {"train", "val"}
 
 
+def test_the_asyncio_client_receives_answers_into_buffers_of_their_own(stack, data):
+    with make_loader("ignite", stack, dataset=data.name) as loader:
+        loader.connect()
+        client = loader._aio.call(loader._aio_clients.get(), stack.timeout_s)
+        assert {type(node._transport.get_protocol()).__name__ for node in client._nodes} == {"FramedProtocol"}
+        items = list(loader)  # 20 KB samples, 64 to a get_all: answers of ~1.3 MB, many socket reads each
+    assert {i.key: i.data for i in items} == {k: s.data for k, s in data.train.items()}
+
+
 def test_a_scan_left_early_or_refused_frees_its_cursor(stack, data):
     """Ignite keeps at most 128 open cursors a connection: 140 abandoned scans on one client fail unless each
     scan that stops early closes its cursor on the server."""

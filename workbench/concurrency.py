@@ -35,6 +35,9 @@ AUTO = "auto"
 Concurrency = int | Literal["auto"]  # what a config's `concurrency` holds
 AUTO_START = 4  # requests in flight before anything is measured
 AUTO_CAP = 256  # the widest window "auto" opens (threads and connections are sized for it)
+# Bytes that an "auto" window of big requests (whole shards, get_all batches) may keep in flight per process,
+# shared by its DataLoader workers: what arrives faster than it is consumed waits whole in memory.
+READ_BUDGET = 96 * 2**20
 REFERENCE_DEPTH = 32  # what a plain fixed loop (a raw ceiling) uses when the config says "auto"
 # An interval of the re-check spans at least this many mean latencies. Why: on a long round trip a window's
 # completions come in bursts about one round trip apart, and an interval of a round trip or two counts a
@@ -404,6 +407,19 @@ class AutoWindow(PicklesWithoutLocks):
     def _settle(self) -> None:
         self._set(max(self.best_depth, min(self.cap, self._required())))
         self.settled = True
+
+    def limit(self, cap: int) -> None:
+        """Lower the widest depth to `cap` (at least 1), and the depth with it: for a reader that learns the size
+        of its requests from the first answers (a memory budget over the bytes a request brings)."""
+        with self._lock:
+            self.cap = max(1, min(self.cap, cap))
+            self.start = min(self.start, self.cap)
+            self.best_depth = min(self.best_depth, self.cap)
+            self._recheck_depth = min(self._recheck_depth, self.cap)
+            self._recheck_from = min(self._recheck_from, self.cap)
+            if self._depth > self.cap:
+                self._set(self.cap)
+                self._changed_at = self.clock()
 
     def _set(self, depth: int) -> None:
         if depth != self._depth:

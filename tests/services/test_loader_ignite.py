@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import socket
 import time
+import unittest.mock
 import uuid
 from collections import Counter, OrderedDict
 
@@ -20,6 +21,7 @@ from workbench.clients import ignite_client
 from workbench.clients.ignite import UnusualScan, scan_scalars
 from workbench.compat.ignite_dataset import IgniteDataset, dataset_source
 from workbench.compat.ignite_torch import IgniteTorchDataset
+from workbench.concurrency import AUTO_CAP, AUTO_START, AutoWindow
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
@@ -235,6 +237,22 @@ def test_the_asyncio_client_receives_answers_into_buffers_of_their_own(stack, da
         assert {type(node._transport.get_protocol()).__name__ for node in client._nodes} == {"FramedProtocol"}
         items = list(loader)  # 20 KB samples, 64 to a get_all: answers of ~1.3 MB, many socket reads each
     assert {i.key: i.data for i in items} == {k: s.data for k, s in data.train.items()}
+
+
+def test_an_auto_window_holds_at_most_the_read_budget_of_batches(stack, data):
+    """Batches of 4 keys of ~20 KB and a budget of ~7 such batches: a window that starts at 16 comes down with the
+    first answer, never widens again, and ends at what the budget holds of the largest batch (>= AUTO_START)."""
+    budget = 7 * 4 * sum(len(s.data) for s in data.train.values()) // len(data.train)
+    with make_loader("ignite", stack, dataset=data.name, get_batch=4) as loader:
+        loader._window = AutoWindow(start=16, cap=AUTO_CAP)
+        with unittest.mock.patch("workbench.loaders.ignite.READ_BUDGET", budget):
+            items = list(loader)  # in order: batches are consecutive runs of 4
+        history, cap = loader.window_history, loader._window.cap
+    batches = [items[i:i + 4] for i in range(0, len(items), 4)]
+    largest = max(4 * sum(len(i.data) for i in batch) // len(batch) for batch in batches)
+    assert history[0] == 16 and history[1] < 16 and max(history[1:]) == history[1]
+    assert cap == max(AUTO_START, budget // largest) and history[-1] <= cap
+    assert sorted(i.key for i in items) == sorted(data.train)
 
 
 def test_a_scan_left_early_or_refused_frees_its_cursor(stack, data):

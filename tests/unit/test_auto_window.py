@@ -337,3 +337,17 @@ def test_the_native_cassandra_submitters_follow_a_window_that_narrows(ordered):
     asyncio.run((_in_order if ordered else _as_completed)(keys, read, emit, window))  # type: ignore[arg-type]
     assert (got if ordered else sorted(got, key=int)) == keys
     assert 1 <= window.peak_after <= 2, window.peak_after
+
+
+def test_a_limit_learned_mid_run_bounds_the_window_from_then_on():
+    """A reader that learns its requests' size from the first answers lowers the cap: the depth comes down at
+    once, a long round trip no longer widens it past the limit, and a limit never raises the cap."""
+    window = AutoWindow(clock=Clock(), start=32, cap=256)
+    window.limit(13)
+    assert window.depth == window.cap == 13 and window.history == [32, 13]
+    run_epoch(window, latency_s=0.05, service_s=0.0002)  # would open wide: Little's law asks ~250
+    assert max(window.history[1:]) == 13
+    window.limit(400)
+    assert window.cap == 13
+    window.limit(0)
+    assert window.cap == window.depth == 1

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.concurrency import AUTO_START, AutoWindow, FixedWindow
+from workbench.concurrency import AUTO_START, READ_BUDGET, AutoWindow, FixedWindow
 from workbench.data import ShardInfo
-from workbench.loaders.s3_shards import MAX_PARALLEL_SHARDS, READ_BUDGET, S3ShardsConfig, shard_window
+from workbench.loaders.s3_shards import MAX_PARALLEL_SHARDS, S3ShardsConfig, shard_window
 
 MB = 2**20
 

@@ -43,6 +43,7 @@ from workbench.backends import locate
 from workbench.concurrency import (
     AUTO,
     AUTO_START,
+    READ_BUDGET,
     AutoWindow,
     FixedWindow,
     HasWindow,
@@ -67,8 +68,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_PARALLEL_SHARDS = 64  # shard GETs in flight at most (threads and pooled connections are sized for it)
-# Bytes of whole shards that parallel_shards="auto" may keep in flight per process, shared by its DataLoader workers.
-READ_BUDGET = 96 * 2**20
 
 
 class S3ShardsConfig(LoaderConfig, S3Location, RetryConfig):

@@ -6,13 +6,15 @@ by sample id, or an SQL table whose cache is ``SQL_PUBLIC_<TABLE>``):
 * ``IgniteLoader`` (registry name ``ignite``), the benchmark loader, in two modes:
 
   - ``get_all`` (default): the split's keys are read once per loader (from the small ``<CACHE>_IDS``
-    companion cache in binary mode, ``SELECT id ... WHERE split = ?`` in sql mode: a few MB of ids, never
-    the images), put in this epoch's order (`epoch_order`), cut to this rank's and DataLoader worker's
-    share (`take_shard`), then fetched with ``get_all`` in batches of ``get_batch`` keys with
-    ``concurrency`` batches in flight. ``client="aio"`` (default): one pyignite ``AioClient`` connection
-    on an asyncio loop in a thread of its own carries the whole window; the consumer only takes finished
-    batches. ``client="sync"``: a thread pool, one connection per thread (a pyignite ``Client`` is not
-    thread-safe). Either way ``decode="fast"`` (default) reads the answers with struct/memoryview
+    companion cache in binary mode, read with `scan_scalars`; ``SELECT id ... WHERE split = ?`` in sql mode:
+    a few MB of ids, never the images), put in this epoch's order (`epoch_order`), cut to this rank's and
+    DataLoader worker's share (`take_shard`), then fetched with ``get_all`` in batches of ``get_batch`` keys
+    with ``concurrency`` batches in flight (under "auto", at most ``READ_BUDGET`` bytes of batches:
+    `workbench.concurrency`). ``client="aio"`` (default): one pyignite ``AioClient`` connection on an
+    asyncio loop in a thread of its own carries the whole window (each answer received into a buffer of its
+    own size, `workbench.clients.ignite.FramedProtocol`); the consumer only takes finished batches.
+    ``client="sync"``: a thread pool, one connection per thread (a pyignite ``Client`` is not thread-safe).
+    Either way ``decode="fast"`` (default) reads the answers with struct/memoryview
     (`workbench.clients.ignite.FastGetAll`) instead of pyignite's per-object ctypes decoding, which cost
     ~1 ms of CPU per 110 KB sample; what it does not know goes to pyignite. Exact per-sample shuffling,
     exactly once across ranks x workers. With more than one node and a partition-aware client (``sync``
@@ -402,11 +404,11 @@ class IgniteLoader(HasWindow, Loader):
         return items
 
     def _budget_window(self, items: list[Item]) -> None:
-        """"auto": at most what READ_BUDGET (shared by the process's DataLoader workers) holds of batches of
-        samples this size. Why: answers that arrive faster than they are consumed wait whole in memory, and
-        a longer epoch gave the window time to open wider (64 batches of 64 x 110 KB where a short one
-        reached 28): peak RSS grew with the epoch's length. 16 batches held the rate at 50 ms (same run as
-        28: 4,422 against 3,399 samples/s)."""
+        """Under concurrency "auto", at most what READ_BUDGET (shared by the process's DataLoader workers)
+        holds of batches of samples this size. Why: answers that arrive faster than they are consumed wait
+        whole in memory, and a longer epoch gave the window time to open wider (64 batches of 64 x 110 KB
+        where a short one reached 28): peak RSS grew with the epoch's length. 16 batches held the rate at
+        50 ms (same run as 28: 4,422 against 3,399 samples/s)."""
         if isinstance(self._window, AutoWindow) and items:
             batch_bytes = self.config.get_batch * sum(len(item.data) for item in items) // len(items)
             self._window.limit(max(AUTO_START, READ_BUDGET // max(1, self.num_workers) // max(1, batch_bytes)))

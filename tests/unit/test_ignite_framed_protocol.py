@@ -70,3 +70,24 @@ def test_nothing_is_delivered_before_an_answer_is_complete(protocol):
     assert conn.answers == []
     feed(proto, whole[-1:], [1])
     assert conn.answers == [whole]
+
+
+def test_installed_once_and_only_into_the_protocol_it_knows(monkeypatch, caplog):
+    from pyignite.connection import aio_connection
+
+    from workbench.clients.ignite import use_framed_protocol
+
+    original = aio_connection.BaseProtocol
+    monkeypatch.setattr(aio_connection, "BaseProtocol", original)
+    use_framed_protocol()
+    installed = aio_connection.BaseProtocol
+    assert installed.framed and issubclass(installed, original)
+    use_framed_protocol()
+    assert aio_connection.BaseProtocol is installed  # not framed twice
+
+    class Changed(asyncio.Protocol):  # a pyignite whose protocol no longer has the handshake parser
+        pass
+
+    monkeypatch.setattr(aio_connection, "BaseProtocol", Changed)
+    use_framed_protocol()
+    assert aio_connection.BaseProtocol is Changed and "has changed" in caplog.text

@@ -552,13 +552,7 @@ class FastGetAll:
     @staticmethod
     def _entries(view: memoryview) -> Iterator[tuple[str, int, int]]:
         """(key, start of the value object, its end) of every entry; raises _Unusual on anything unexpected."""
-        # length int32, query id int64, flags int16 (protocol >= 1.4)
-        (flags,) = struct.unpack_from("<h", view, 12)
-        pos = 14
-        if flags & 1:  # an error answer: pyignite raises its own error for it
-            raise _Unusual
-        if flags & 2:  # affinity topology changed: version int64 + minor int32
-            pos += 12
+        pos = _payload_start(view)
         (count,) = struct.unpack_from("<i", view, pos)
         pos += 4
         for _ in range(count):
@@ -615,6 +609,16 @@ class FastGetAll:
 
 class _Unusual(Exception):
     """Something FastGetAll does not decode: pyignite does."""
+
+
+def _payload_start(view: memoryview) -> int:
+    """Where an answer's payload starts: length int32, query id int64, flags int16 (protocol >= 1.4), then after
+    an affinity topology change its version (int64 + minor int32); _Unusual for an error answer (pyignite
+    raises its own error for it)."""
+    (flags,) = struct.unpack_from("<h", view, 12)
+    if flags & 1:
+        raise _Unusual
+    return 14 + (12 if flags & 2 else 0)
 
 
 def _ids_of(view: memoryview, start: int) -> tuple[int, int] | None:
@@ -698,15 +702,11 @@ def scan_scalars(client: Client, cache_name: str, page_size: int) -> Iterator[tu
 
 
 def _answer_start(answer: memoryview) -> int:
-    """Where an answer's payload starts (length int32, query id int64, flags int16, [topology]); UnusualScan
-    for an error answer."""
+    """`_payload_start` of a scan answer; UnusualScan for an error answer."""
     try:
-        (flags,) = struct.unpack_from("<h", answer, 12)
-    except struct.error as exc:
+        return _payload_start(answer)
+    except (_Unusual, struct.error) as exc:
         raise UnusualScan from exc
-    if flags & 1:
-        raise UnusualScan
-    return 14 + (12 if flags & 2 else 0)
 
 
 def _scan_page(answer: memoryview, pos: int) -> tuple[list[tuple[Any, Any]], bool]:

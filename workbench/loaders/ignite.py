@@ -74,11 +74,10 @@ from workbench.clients.ignite import (
     settings_endpoint,
 )
 from workbench.concurrency import (
-    AUTO_START,
-    READ_BUDGET,
     AutoWindow,
     EventLoopThread,
     HasWindow,
+    budget_depth,
     fixed_depth,
     in_flight,
     make_window,
@@ -411,7 +410,7 @@ class IgniteLoader(HasWindow, Loader):
         50 ms (same run as 28: 4,422 against 3,399 samples/s)."""
         if isinstance(self._window, AutoWindow) and items:
             batch_bytes = self.config.get_batch * sum(len(item.data) for item in items) // len(items)
-            self._window.limit(max(AUTO_START, READ_BUDGET // max(1, self.num_workers) // max(1, batch_bytes)))
+            self._window.limit(budget_depth(batch_bytes, self.num_workers))
 
     def _scan_epoch(self, epoch: int) -> Iterator[Item]:
         c = self.config

@@ -43,12 +43,12 @@ from workbench.backends import locate
 from workbench.concurrency import (
     AUTO,
     AUTO_START,
-    READ_BUDGET,
     AutoWindow,
     FixedWindow,
     HasWindow,
     LazyPool,
     Window,
+    budget_depth,
     fixed_depth,
     in_flight,
     make_window,
@@ -96,7 +96,7 @@ def shard_window(parallel_shards: int | Literal["auto"], shards: Sequence[ShardI
     if parallel_shards != AUTO:
         return make_window(parallel_shards)
     largest = max((info.bytes for info in shards), default=1)
-    cap = min(MAX_PARALLEL_SHARDS, max(AUTO_START, READ_BUDGET // max(1, readers) // max(1, largest)))
+    cap = min(MAX_PARALLEL_SHARDS, budget_depth(largest, readers))
     return AutoWindow(start=cap, cap=cap)
 
 

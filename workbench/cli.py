@@ -358,17 +358,19 @@ def bench_rss_command(
     repeats: Annotated[int, typer.Option(min=1)] = 3,
     results_dir: Annotated[Path, typer.Option()] = RUNS / "bench-rss",
 ) -> None:
-    """Each loader's peak RSS reading a whole epoch of datasets of different sizes: flat, or growing with them."""
+    """Each loader's peak RSS reading a whole epoch of datasets of different sizes: flat, or growing with them
+    (the smallest is also read for as many samples as each bigger one: reads of equal length)."""
     counts = count or [2000, 20000]
     rows = bench_rss(get_settings(), loader or default_loaders(), counts, mean_kb, parse_concurrency(concurrency),
                      repeats, results_dir)
-    table = Table("loader", "backend", "samples", "peak RSS MB", "min", "max", "RSS before reading", "/ smallest",
-                  "widest window", title=f"peak RSS vs dataset size: {mean_kb:.0f} KB samples, median of {repeats} "
-                                         "fresh processes")
+    table = Table("loader", "backend", "dataset size", "epochs", "peak RSS MB", "min", "max", "RSS before reading",
+                  "/ smallest once", "/ smallest, same samples", "widest window",
+                  title=f"peak RSS vs dataset size: {mean_kb:.0f} KB samples, median of {repeats} fresh processes")
     for r in rows:
-        table.add_row(r["loader"], r["backend"], str(r["count"]), f"{r['peak_rss_mb']:.0f}",
+        same = r["rss_ratio_same_samples"]
+        table.add_row(r["loader"], r["backend"], str(r["count"]), str(r["epochs"]), f"{r['peak_rss_mb']:.0f}",
                       f"{r['peak_rss_mb_min']:.0f}", f"{r['peak_rss_mb_max']:.0f}", f"{r['start_rss_mb']:.0f}",
-                      f"{r['rss_ratio']:.2f}", r["widest_window"])
+                      f"{r['rss_ratio']:.2f}", "" if same is None else f"{same:.2f}", r["widest_window"])
     console.print(table)
     console.print(f"results: {results_dir}")
 

@@ -81,7 +81,7 @@ fn body_failed(error: io::Error) -> Failure {
 /// Ranges as (offset, length) pairs, checked: in order, apart, inside the object (they are read off one pass
 /// over the body).
 fn checked_ranges(flat: &[i64], size: u64) -> PyResult<Vec<(u64, u64)>> {
-    if flat.len() % 2 != 0 {
+    if !flat.len().is_multiple_of(2) {
         return Err(PyValueError::new_err("ranges: an (offset, length) pair per range"));
     }
     let mut ranges = Vec::with_capacity(flat.len() / 2);

@@ -18,9 +18,11 @@ the nodes advertise addresses that are not their proxies), minio-go every S3 end
 any object), the Ignite client thread i node i mod N.
 
 Each prints one JSON line: samples, bytes (the images, as the backend's `scan` counts them), wire bytes,
-seconds (listing + reads, after connecting), and the program's own CPU seconds (user+sys) in that time, of its
-timed pass over the split: `warmup` untimed passes come first (default 1), as a loader kept from epoch to epoch
+seconds (the reads, after connecting), and the program's own CPU seconds (user+sys) in that time, of its timed
+pass over the split: `warmup` untimed passes come first (default 1), as a loader kept from epoch to epoch
 (`bench loaders`) reads its timed epochs with connections open, the servers' caches warm and its code loaded.
+The split is listed once, before the passes (`list_seconds`), as a loader lists it in its first epoch and
+keeps the list: with `warmup` 0 the listing is in the timed pass, as in a loader's first epoch.
 Credentials go to the program in environment variables, never on its command line, and never appear in
 an error (they are scrubbed from its output). Every request has settings.timeout_s; the whole run is
 bounded by `run_timeout_s`.
@@ -74,6 +76,7 @@ class CeilingRun:
     bytes: int
     wire_bytes: int
     seconds: float
+    list_seconds: float
     connect_seconds: float
     cpu_s: float
 
@@ -237,7 +240,8 @@ def run_native_ceiling(settings: Settings, backend: str, config: CeilingConfig |
         doc = json.loads(next(line for line in reversed(proc.stdout.splitlines()) if line.startswith("{")))
         return CeilingRun(program=name, samples=int(doc["samples"]), bytes=int(doc["bytes"]),
                           wire_bytes=int(doc["wire_bytes"]), seconds=float(doc["seconds"]),
-                          connect_seconds=float(doc["connect_seconds"]), cpu_s=float(doc["cpu_s"]))
+                          list_seconds=float(doc["list_seconds"]), connect_seconds=float(doc["connect_seconds"]),
+                          cpu_s=float(doc["cpu_s"]))
     except (StopIteration, ValueError, KeyError, TypeError) as exc:
         raise WorkbenchError(f"the {backend} ceiling ({name}) printed no result line ({type(exc).__name__}); "
                              f"rebuild it by removing {settings.cache_dir}/ceilings-*") from None
@@ -249,8 +253,9 @@ def run_native_ceiling(settings: Settings, backend: str, config: CeilingConfig |
 def native_ceiling_run(settings: Settings, backend: str, config: dict, cpu: list[float]) -> tuple[float, int, int]:
     """One timed run for `workbench bench loaders`: (seconds, samples, bytes); appends the program's CPU seconds.
 
-    seconds are the program's own (listing + reads, after connecting): neither the process start (a JVM)
-    nor the connect is a cost of reading.
+    seconds are the program's own (its timed pass's reads, after connecting and listing): neither the process
+    start (a JVM), the connect nor the listing, which a loader does in its first epoch only, is a cost of its
+    later epochs' reading.
     """
     run = run_native_ceiling(settings, backend, config)
     cpu.append(run.cpu_s)

@@ -19,7 +19,7 @@ from typing import Any
 
 from workbench.config import Settings
 from workbench.storage.native_ext import load_extension
-from workbench.storage.s3_native import _RUNTIME, trusting_only
+from workbench.storage.s3_native import _RUNTIME, S3_MAX_RETRIES, trusting_only
 
 COLLECT_AT_MOST = 256  # results handed back by one `collect`: the widest window
 _INHERITED: list[S3Batch] = []  # fetchers a fork copied into this process: never freed (see LazyS3Batch)
@@ -65,7 +65,8 @@ def s3_batch(settings: Settings, bucket: str, via_proxy: bool, connections: int)
     with trusting_only(ca_file):  # the configured CA alone, as the obstore store trusts it
         fetcher = native.S3Fetcher(
             settings.s3_endpoint(via_proxy), bucket, access, secret, settings.s3_region, timeout_s=settings.timeout_s,
-            connections=connections, root_certificate=ca_file.read_text() if ca_file else None)
+            connections=connections, root_certificate=ca_file.read_text() if ca_file else None,
+            max_retries=S3_MAX_RETRIES)
     _RUNTIME["started"] = True  # a child forked from now on reads through boto3
     return S3Batch(fetcher)
 

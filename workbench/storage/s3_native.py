@@ -14,7 +14,7 @@ over a boto3 client the user built (cortx API), which stays on that client for e
 forked after obstore ran (obstore's runtime does not survive fork; see `_RUNTIME`), and, outside
 this module, listings by a raw string prefix (OSS connector `from_prefix`: obstore lists whole folders),
 the stack's health probe (`s3_client`) and the boto3 "Python ceiling" loop (`loaders.s3_objects.raw_ceiling`).
-Timeouts: connect and every read of a body use settings.timeout_s, retries stop after 2 or timeout_s.
+Timeouts: connect and every read of a body use settings.timeout_s, retries stop after S3_MAX_RETRIES or timeout_s.
 With settings.tls the configured CA is the only trusted root, as with boto3 (`trusting_only`).
 """
 
@@ -54,6 +54,9 @@ def _missing_dependency() -> WorkbenchError:
 # forked after obstore ran here hangs on its first request (obstore 0.12 is not fork-safe). Such a child
 # (DataLoader worker_start="fork"; forkserver and spawn, the default, start clean) uses boto3 instead.
 _RUNTIME = {"started": False, "inherited": False}
+# Retries of a failed request (a dropped connection, a timeout, a 5xx) after the first try, within timeout_s:
+# obstore's store and our extension's fetcher both retry this often.
+S3_MAX_RETRIES = 2
 
 
 def _after_fork_in_child() -> None:
@@ -90,7 +93,7 @@ def native_store(settings: Settings, bucket: str, via_proxy: bool = False, conne
             config={"endpoint": endpoint, "access_key_id": access, "secret_access_key": secret,
                     "region": settings.s3_region, "virtual_hosted_style_request": False},
             client_options=client,
-            retry_config={"max_retries": 2, "retry_timeout": timeout,
+            retry_config={"max_retries": S3_MAX_RETRIES, "retry_timeout": timeout,
                           "backoff": {"init_backoff": timedelta(milliseconds=100),
                                       "max_backoff": timedelta(seconds=1), "base": 2}},
         )

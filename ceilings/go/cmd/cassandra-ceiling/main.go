@@ -67,7 +67,7 @@ func main() {
 	defer session.Close()
 	result := ceiling.Result{Program: "go/gocql", Concurrency: *remote.Concurrency, ConnectSeconds: connect.Seconds()}
 
-	ceiling.Timed(result, *warmup, func(count *ceiling.Counter) {
+	ceiling.Timed(result, *warmup, func() func(*ceiling.Counter) {
 		var ids []gocql.UUID
 		iter := session.Query("SELECT " + quote(*idCol) + " FROM " + table(*metaTable)).PageSize(5000).Iter()
 		var id gocql.UUID
@@ -78,13 +78,15 @@ func main() {
 			ceiling.Fail("cassandra-ceiling: listing ids of %s at %s failed: %v", *metaTable, where, err)
 		}
 		query := "SELECT " + quote(*dataCol) + " FROM " + table(*dataTable) + " WHERE " + quote(*idCol) + " = ?"
-		ceiling.Run("cassandra-ceiling", *dataTable+" at "+where, ids, *remote.Concurrency, func(id gocql.UUID) error {
-			iter := session.Query(query, id).Iter() // gocql prepares the statement once and reuses it
-			var data []byte
-			for iter.Scan(&data) {
-				count.Add(1, int64(len(data)), int64(len(data)))
-			}
-			return iter.Close()
-		})
+		return func(count *ceiling.Counter) {
+			ceiling.Run("cassandra-ceiling", *dataTable+" at "+where, ids, *remote.Concurrency, func(id gocql.UUID) error {
+				iter := session.Query(query, id).Iter() // gocql prepares the statement once and reuses it
+				var data []byte
+				for iter.Scan(&data) {
+					count.Add(1, int64(len(data)), int64(len(data)))
+				}
+				return iter.Close()
+			})
+		}
 	})
 }

@@ -23,36 +23,41 @@ func main() {
 
 	dir := filepath.Join(*root, *split)
 	result := ceiling.Result{Program: "go/os " + *kind, Concurrency: *concurrency}
-	ceiling.Timed(result, *warmup, func(count *ceiling.Counter) { read(dir, *kind, *concurrency, count) })
+	ceiling.Timed(result, *warmup, func() func(*ceiling.Counter) { return list(dir, *kind, *concurrency) })
 }
 
-// read reads the split once: every file (imagefolder) or every shard, n reads in flight.
-func read(dir, kind string, n int, count *ceiling.Counter) {
+// list lists the split and returns a pass that reads it once: every file (imagefolder) or every shard, n reads
+// in flight.
+func list(dir, kind string, n int) func(count *ceiling.Counter) {
 	switch kind {
 	case "imagefolder":
 		manifest := filepath.Join(dir, "manifest.txt")
 		keys := ceiling.Listing(program, manifest, "ingest the dataset with --backend fs first",
 			func() ([]byte, error) { return os.ReadFile(manifest) }, layout.ManifestKeys)
-		ceiling.Run(program, dir, keys, n, func(key string) error {
-			data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(key)))
-			count.Add(1, int64(len(data)), int64(len(data)))
-			return err
-		})
+		return func(count *ceiling.Counter) {
+			ceiling.Run(program, dir, keys, n, func(key string) error {
+				data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(key)))
+				count.Add(1, int64(len(data)), int64(len(data)))
+				return err
+			})
+		}
 	case "shards":
 		index := filepath.Join(dir, "index.json")
 		shards := ceiling.Listing(program, index, "ingest the dataset with --backend fs -o layout=shards first",
 			func() ([]byte, error) { return os.ReadFile(index) }, layout.IndexShards)
-		ceiling.Run(program, dir, shards, n, func(s layout.Shard) error {
-			f, err := os.Open(filepath.Join(dir, s.Name))
-			if err != nil {
+		return func(count *ceiling.Counter) {
+			ceiling.Run(program, dir, shards, n, func(s layout.Shard) error {
+				f, err := os.Open(filepath.Join(dir, s.Name))
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				samples, payload, wire, err := layout.CountTar(f, make([]byte, 256*1024))
+				count.Add(samples, payload, wire)
 				return err
-			}
-			defer f.Close()
-			samples, payload, wire, err := layout.CountTar(f, make([]byte, 256*1024))
-			count.Add(samples, payload, wire)
-			return err
-		})
-	default:
-		ceiling.Fail("%s: unknown -layout %q: use imagefolder or shards", program, kind)
+			})
+		}
 	}
+	ceiling.Fail("%s: unknown -layout %q: use imagefolder or shards", program, kind)
+	return nil
 }

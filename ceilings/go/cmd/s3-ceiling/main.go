@@ -135,11 +135,12 @@ func main() {
 		r.clients = append(r.clients, client)
 	}
 	result := ceiling.Result{Program: "go/minio-go " + *kind, Concurrency: *concurrency}
-	ceiling.Timed(result, *warmup, func(count *ceiling.Counter) { r.read(*split, *kind, *concurrency, count) })
+	ceiling.Timed(result, *warmup, func() func(*ceiling.Counter) { return r.list(*split, *kind, *concurrency) })
 }
 
-// read reads the split once: its listing, then every object or every shard, n GETs in flight.
-func (r *reader) read(split, kind string, inFlight int, count *ceiling.Counter) {
+// list reads the split's listing and returns a pass that reads the split once: every object or every shard, n
+// GETs in flight.
+func (r *reader) list(split, kind string, inFlight int) func(count *ceiling.Counter) {
 	switch kind {
 	case "objects":
 		manifest := split + "/manifest.txt"
@@ -149,30 +150,34 @@ func (r *reader) read(split, kind string, inFlight int, count *ceiling.Counter) 
 		for i := 0; i < inFlight; i++ {
 			bufs <- make([]byte, 256*1024)
 		}
-		ceiling.Run(program, r.endpoint, keys, inFlight, func(key string) error {
-			buf := <-bufs
-			defer func() { bufs <- buf }()
-			return r.get(split+"/"+key, func(body io.Reader) error {
-				n, err := readAll(body, buf)
-				count.Add(1, n, n)
-				return err
+		return func(count *ceiling.Counter) {
+			ceiling.Run(program, r.endpoint, keys, inFlight, func(key string) error {
+				buf := <-bufs
+				defer func() { bufs <- buf }()
+				return r.get(split+"/"+key, func(body io.Reader) error {
+					n, err := readAll(body, buf)
+					count.Add(1, n, n)
+					return err
+				})
 			})
-		})
+		}
 	case "shards":
 		index := split + "/index.json"
 		shards := ceiling.Listing(program, r.url(index), "is the dataset ingested into s3-shards?",
 			func() ([]byte, error) { return r.getAll(index) }, layout.IndexShards)
-		ceiling.Run(program, r.endpoint, shards, inFlight, func(s layout.Shard) error {
-			buf := make([]byte, 256*1024)
-			return r.get(split+"/"+s.Name, func(body io.Reader) error {
-				samples, payload, wire, err := layout.CountTar(body, buf)
-				count.Add(samples, payload, wire)
-				return err
+		return func(count *ceiling.Counter) {
+			ceiling.Run(program, r.endpoint, shards, inFlight, func(s layout.Shard) error {
+				buf := make([]byte, 256*1024)
+				return r.get(split+"/"+s.Name, func(body io.Reader) error {
+					samples, payload, wire, err := layout.CountTar(body, buf)
+					count.Add(samples, payload, wire)
+					return err
+				})
 			})
-		})
-	default:
-		ceiling.Fail("%s: unknown -layout %q: use objects or shards", program, kind)
+		}
 	}
+	ceiling.Fail("%s: unknown -layout %q: use objects or shards", program, kind)
+	return nil
 }
 
 // readAll reads body to its end through buf (the bytes land in user memory, as a loader's would).

@@ -99,8 +99,10 @@ class Settings(BaseSettings):
     s3_bucket: str = "workbench"
 
     ignite_port: int = 10800
-    ignite_discovery_port: int = 47500
-    ignite_communication_port: int = 47100
+    # Ignite's own defaults (47500, 47100) lie in Linux's ephemeral range (32768-60999): an outgoing connection
+    # that holds one when a node starts makes its bind fail. The nodes we start listen below that range.
+    ignite_discovery_port: int = 27500
+    ignite_communication_port: int = 27100
     ignite_username: str | None = None
     ignite_password: SecretStr | None = None
 

@@ -54,7 +54,8 @@ def test_every_node_joined_one_active_cluster_and_caches_get_the_backups_asked_f
         with client.sql("SELECT BACKUPS FROM SYS.CACHES WHERE CACHE_NAME = ?", query_args=["TCLUSTER"]) as cursor:
             assert list(cursor) == [[1]]
     xml = (cluster.state_dir / "ignite-2" / "ignite.xml").read_text()
-    assert f"<value>{HOST}:47500</value><value>127.0.0.22:47500</value>" in xml
+    port = cluster.ignite_discovery_port
+    assert f"<value>{HOST}:{port}</value><value>127.0.0.22:{port}</value>" in xml
     assert '<property name="localAddress" value="127.0.0.22"/>' in xml and "127.0.0.1:" not in xml
 
 

@@ -109,7 +109,8 @@ def test_private_secure_stack_runs_on_its_own_ports_bound_to_localhost(secure):
     xml = config.read_text()
     assert '<property name="authenticationEnabled" value="true"/>' in xml
     assert '<property name="sslEnabled" value="true"/>' in xml
-    assert "<value>127.0.0.1:27600</value>" in xml and "47500" not in xml  # never discovers the main node
+    main_node = f"127.0.0.1:{Settings.model_fields['ignite_discovery_port'].default}<"
+    assert "<value>127.0.0.1:27600</value>" in xml and main_node not in xml  # never discovers the main node
     assert '<property name="localPort" value="27200"/>' in xml
     command = Triton(secure).launch().command
     assert "--grpc-use-ssl=true" in command and "--http-address=127.0.0.1" in command

@@ -12,6 +12,15 @@ def test_ports_direct_and_via_proxy():
     assert s.s3_endpoint(via_proxy=True) == "http://127.0.0.1:19000"
 
 
+def test_the_stacks_default_ports_lie_outside_linuxs_ephemeral_range():
+    """A server port inside the range may be held by any outgoing connection when the server starts."""
+    ephemeral = range(32768, 61000)  # Linux's default net.ipv4.ip_local_port_range
+    s = Settings(_env_file=None)
+    ports = {name: value for name, value in Settings.model_fields.items() if name.endswith("_port")}
+    assert {"ignite_discovery_port", "ignite_communication_port", "cassandra_port"} <= set(ports)
+    assert [name for name in ports if getattr(s, name) in ephemeral] == []
+
+
 def test_unknown_service_path_is_a_clear_error():
     with pytest.raises(WorkbenchError, match="unknown service path 'redis'"):
         Settings(_env_file=None).port("redis")

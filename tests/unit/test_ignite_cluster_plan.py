@@ -29,7 +29,7 @@ def test_each_node_binds_its_own_address_and_discovers_only_the_cluster(tmp_path
     assert '<property name="localHost" value="127.0.0.22"/>' in xml
     assert xml.count('<property name="localAddress" value="127.0.0.22"/>') == 2  # discovery and communication
     assert xml.count('<property name="localPortRange" value="0"/>') == 2
-    members = "".join(f"<value>127.0.0.{k}:47500</value>" for k in (21, 22, 23))
+    members = "".join(f"<value>127.0.0.{k}:{cluster(tmp_path).ignite_discovery_port}</value>" for k in (21, 22, 23))
     assert f"<list>{members}</list>" in xml
     assert "127.0.0.1" not in xml
 

@@ -38,18 +38,18 @@ AUTO_CAP = 256  # the widest window "auto" opens (threads and connections are si
 # Bytes that an "auto" window of big requests (whole shards, get_all batches) may keep in flight per process,
 # shared by its DataLoader workers: what arrives faster than it is consumed waits whole in memory.
 READ_BUDGET = 96 * 2**20
-
-
-def budget_depth(request_bytes: int, readers: int = 1) -> int:
-    """Requests of `request_bytes` that READ_BUDGET, shared by a process's `readers`, holds; never below
-    AUTO_START (requests too big for the budget keep the fixed default's depth)."""
-    return max(AUTO_START, READ_BUDGET // max(1, readers) // max(1, request_bytes))
 REFERENCE_DEPTH = 32  # what a plain fixed loop (a raw ceiling) uses when the config says "auto"
 # An interval of the re-check spans at least this many mean latencies. Why: on a long round trip a window's
 # completions come in bursts about one round trip apart, and an interval of a round trip or two counts a
 # burst more or less depending on where it starts and ends (up to (k + 1) / k of the rate over k round trips),
 # where the re-check tells depths apart by 5 %.
 RECHECK_ROUND_TRIPS = 4
+
+
+def budget_depth(request_bytes: int, readers: int = 1) -> int:
+    """Requests of `request_bytes` that READ_BUDGET, shared by a process's `readers`, holds; never below
+    AUTO_START (requests too big for the budget keep the fixed default's depth)."""
+    return max(AUTO_START, READ_BUDGET // max(1, readers) // max(1, request_bytes))
 
 
 # ------------------------------------------------------------------------------------------ pickling

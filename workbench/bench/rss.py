@@ -123,10 +123,10 @@ def add_rss_ratios(rows: list[dict]) -> None:
     smallest: dict[str, int] = {}
     for row in rows:
         smallest[row["loader"]] = min(row["count"], smallest.get(row["loader"], row["count"]))
-    peaks = {(row["loader"], row["count"], row.get("epochs", 1)): row["peak_rss_mb"] for row in rows}
+    peaks = {(row["loader"], row["count"], row["epochs"]): row["peak_rss_mb"] for row in rows}
     for row in rows:
         least = smallest[row["loader"]]
         row["rss_ratio"] = row["peak_rss_mb"] / peaks[row["loader"], least, 1]
         same = peaks.get((row["loader"], least, same_samples_epochs(least, row["count"])))
-        bigger_once = row.get("epochs", 1) == 1 and row["count"] > least
+        bigger_once = row["epochs"] == 1 and row["count"] > least
         row["rss_ratio_same_samples"] = row["peak_rss_mb"] / same if bigger_once and same else None

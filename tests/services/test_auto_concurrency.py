@@ -96,3 +96,33 @@ def test_a_shard_reader_records_its_shard_gets_and_its_ceiling_runs_at_them(stac
     loader, history = window["s3-shards"]
     assert int(history.split()[0]) >= AUTO_START and 1 <= loader <= MAX_PARALLEL_SHARDS, rows
     assert window["ceiling:s3-shards"] == (loader, str(loader)), rows
+
+
+@pytest.fixture(scope="module")
+def shard_dataset(stack):
+    import uuid
+
+    name = f"auto_shards_{uuid.uuid4().hex[:8]}"
+    source = SyntheticSource(240, mean_kb=64, seed=6)
+    backend = make_backend("s3-shards", stack, name, maxcount=10)  # shards of ~640 KB
+    ingest(source, backend, progress=False, check_images=False)
+    yield name, sorted(str(s.id) for s in source if s.split == "train")
+    backend.drop()
+
+
+def test_a_shard_reader_adds_the_gets_a_long_round_trip_holds(stack, shard_dataset):
+    """s3-shards under "auto": the budget's shard GETs, and on top those waiting out the round trip
+    (`RoundTripWindow`). With a budget of 4 of these shards, 50 ms of round trip against GETs of a few ms asks for
+    the most it may add (as many again); 0 ms, for fewer."""
+    import unittest.mock
+
+    name, ids = shard_dataset
+    with make_loader("s3-shards", stack, dataset=name) as source:
+        largest = max(info.bytes for info in source.shards())
+    with unittest.mock.patch("workbench.concurrency.READ_BUDGET", 4 * largest):
+        near, near_history = _epoch(stack, "s3-shards", name, rtt_ms=0, shuffle_buffer=0)
+        far, far_history = _epoch(stack, "s3-shards", name, rtt_ms=50, shuffle_buffer=0)
+    assert sorted(near) == sorted(far) == ids
+    assert near_history[0] == far_history[0] == 4, (near_history, far_history)  # the budget's window first
+    assert far_history[-1] == 8, far_history  # GETs of ~640 KB at 50 ms: mostly round trip
+    assert near_history[-1] < far_history[-1], (near_history, far_history)

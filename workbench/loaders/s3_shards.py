@@ -11,11 +11,12 @@ One epoch of one reader (rank x DataLoader worker):
    says so; nothing hangs). Ingest with a smaller ``maxcount``/``maxsize`` to give every reader work;
 3. shard GETs are kept in flight on a thread pool (`in_flight`, in order unless ``ordered=False``): a number
    `parallel_shards` of them, or with ``parallel_shards="auto"`` (the default) an `AutoWindow` that starts at
-   what `READ_BUDGET` bytes of shards per process hold (at least 4) and narrows where fewer GETs hold the rate
-   (`shard_window`). Each shard is fetched and cut into Items in a pool thread: read as the pieces a version-2
-   index names, straight into their `bytes` (`workbench.layouts.shards.fetch_items`, no tar parsing, no
-   whole-shard buffer; the pieces are made beforehand in the consuming thread, `reserve_items`), parsed only for
-   a version-1 index. At most the window + 1 shards are held in memory;
+   what `READ_BUDGET` bytes of shards per process hold (at least 4) and narrows where fewer GETs hold the rate,
+   plus the GETs a long round trip keeps waiting for their first byte (`shard_window`, `RoundTripWindow`).
+   Each shard is fetched and cut into Items in a pool thread: read as the pieces a version-2 index names,
+   straight into their `bytes` (`workbench.layouts.shards.fetch_items`, no tar parsing, no whole-shard buffer;
+   the pieces are made beforehand in the consuming thread, `reserve_items`), parsed only for a version-1 index.
+   At most the window + 1 shards are held in memory;
 4. samples pass through a `shuffle_buffer` of `shuffle_buffer` items seeded by (seed, epoch, reader),
    the WebDataset-style approximate shuffle (0 or 1, or ``shuffle=False``: shard order only).
 
@@ -30,7 +31,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import random
+import time
 import warnings
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -47,6 +50,7 @@ from workbench.concurrency import (
     FixedWindow,
     HasWindow,
     LazyPool,
+    RoundTripWindow,
     Window,
     budget_depth,
     fixed_depth,
@@ -57,7 +61,7 @@ from workbench.config import Settings
 from workbench.data import ShardInfo, read_shard
 from workbench.data.shards import slice_shard
 from workbench.errors import WorkbenchError
-from workbench.layouts.shards import fetch_items, fetch_shard, read_split_index, reserve_items, sample_item
+from workbench.layouts.shards import INDEX, fetch_items, fetch_shard, read_split_index, reserve_items, sample_item
 from workbench.loaders.base import Item, Loader, LoaderConfig
 from workbench.loaders.order import effective_shard, epoch_order, resume_shards, shuffle_buffer, take_shard
 from workbench.loaders.retry import RetryConfig, policy_of
@@ -68,6 +72,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_PARALLEL_SHARDS = 64  # shard GETs in flight at most (threads and pooled connections are sized for it)
+ROUND_TRIP_PROBES = 3  # HEADs timed for the round trip: the fastest is the one least delayed by a busy client
 
 
 class S3ShardsConfig(LoaderConfig, S3Location, RetryConfig):
@@ -77,10 +82,12 @@ class S3ShardsConfig(LoaderConfig, S3Location, RetryConfig):
                           "hold (at least 4), narrowed where fewer GETs hold the rate")
 
 
-def shard_window(parallel_shards: int | Literal["auto"], shards: Sequence[ShardInfo], readers: int) -> Window:
+def shard_window(parallel_shards: int | Literal["auto"], shards: Sequence[ShardInfo], readers: int,
+                 round_trip_s: float = 0.0) -> Window:
     """The window of shard GETs: `parallel_shards` of them, or for "auto" an AutoWindow of what `READ_BUDGET`,
     shared by the process's `readers` (DataLoader workers), holds of the largest shard, which starts there and
-    narrows where fewer GETs hold the rate.
+    narrows where fewer GETs hold the rate; with a round trip (`round_trip_s`, measured by the reader), a
+    `RoundTripWindow` over it: the GETs still waiting for their first byte come on top, at most as many again.
 
     Why a byte budget: a shard in flight is held whole in memory (as its pieces, allocated when its GET starts), and
     shards run from a few MB to GBs. A wider window hides a longer round trip (measured here, 50 ms RTT, 12 MB
@@ -97,7 +104,8 @@ def shard_window(parallel_shards: int | Literal["auto"], shards: Sequence[ShardI
         return make_window(parallel_shards)
     largest = max((info.bytes for info in shards), default=1)
     cap = min(MAX_PARALLEL_SHARDS, budget_depth(largest, readers))
-    return AutoWindow(start=cap, cap=cap)
+    held = AutoWindow(start=cap, cap=cap)
+    return RoundTripWindow(held, round_trip_s, most=min(cap, MAX_PARALLEL_SHARDS - cap)) if round_trip_s else held
 
 
 def locate_prefix(settings: Settings, backend: str, config: LoaderConfig) -> tuple[str, str]:
@@ -205,6 +213,17 @@ class S3ShardsLoader(HasWindow, S3StoreLoader):
             )
         return mine, index
 
+    def round_trip_s(self) -> float:
+        """The round trip to the store, for an "auto" window: the fastest of ROUND_TRIP_PROBES requests with no
+        body (HEADs of the split's index): what a shard GET waits before its first byte (`RoundTripWindow`)."""
+        key = f"{self.config.split}/{INDEX}"
+        fastest = math.inf
+        for _ in range(ROUND_TRIP_PROBES):
+            started = time.perf_counter()
+            policy_of(self.config).call(lambda: self.store.head(key), f"HEAD {self.store.where}/{key}")
+            fastest = min(fastest, time.perf_counter() - started)
+        return fastest
+
     # ---------------------------------------------------------------------------------- reading
 
     def shard_url(self, info: ShardInfo) -> str:
@@ -240,7 +259,9 @@ class S3ShardsLoader(HasWindow, S3StoreLoader):
         if not mine:
             return
         if not self._sized:  # kept across epochs: a settled "auto" stays
-            self._window, self._sized = shard_window(self.config.parallel_shards, self.shards(), self.num_workers), True
+            self._window = shard_window(self.config.parallel_shards, self.shards(), self.num_workers,
+                                        self.round_trip_s())
+            self._sized = True
         pool = self._pool.get()
         size = self.config.shuffle_buffer if self.config.shuffle else 0
         rng = random.Random(f"{self.config.seed}:{epoch}:{index}")

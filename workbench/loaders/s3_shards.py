@@ -79,7 +79,8 @@ class S3ShardsConfig(LoaderConfig, S3Location, RetryConfig):
     shuffle_buffer: int = Field(1000, ge=0, le=1_000_000, description="samples in the shuffle buffer (0/1: off)")
     parallel_shards: Annotated[int, Field(ge=1, le=MAX_PARALLEL_SHARDS)] | Literal["auto"] = Field(
         AUTO, description="shard GETs in flight ahead of the reader, or 'auto': what READ_BUDGET bytes of shards "
-                          "hold (at least 4), narrowed where fewer GETs hold the rate")
+                          "hold (at least 4), narrowed where fewer GETs hold the rate, plus those a long round "
+                          "trip keeps waiting for their first byte")
 
 
 def shard_window(parallel_shards: int | Literal["auto"], shards: Sequence[ShardInfo], readers: int,

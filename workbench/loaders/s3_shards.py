@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import random
 import time
 import warnings
@@ -218,12 +217,13 @@ class S3ShardsLoader(HasWindow, S3StoreLoader):
         """The round trip to the store, for an "auto" window: the fastest of ROUND_TRIP_PROBES requests with no
         body (HEADs of the split's index): what a shard GET waits before its first byte (`RoundTripWindow`)."""
         key = f"{self.config.split}/{INDEX}"
-        fastest = math.inf
-        for _ in range(ROUND_TRIP_PROBES):
+
+        def timed_head() -> float:
             started = time.perf_counter()
             policy_of(self.config).call(lambda: self.store.head(key), f"HEAD {self.store.where}/{key}")
-            fastest = min(fastest, time.perf_counter() - started)
-        return fastest
+            return time.perf_counter() - started
+
+        return min(timed_head() for _ in range(ROUND_TRIP_PROBES))
 
     # ---------------------------------------------------------------------------------- reading
 

@@ -49,6 +49,9 @@ TARGET = 0.95
 RECIPE = {"model": "small", "size": 32, "num_classes": 10, "batch_size": 32, "steps": 150, "lr": 0.02,
           "device": "cpu", "ceiling": False, "quiet": True}
 OUT_OF_ORDER = {"shuffle": True, "ordered": False}
+# Keras' step sees the same batches, yet s3-shards out of order reached 0.961-0.986 in 8 runs at 150 steps here and
+# 0.944 once in CI (stop 35); at 200 steps 0.972-0.986 in 8 runs: the margin the torch recipe has at 150
+KERAS_STEPS = 200
 TWO_RANK_STEPS = 60  # per rank, batches of 32 on each: 3,840 images seen, as 120 steps on one rank
 
 
@@ -183,7 +186,7 @@ def test_keras_pipeline_learns_digits(stack, digits, source):
     from pipelines.train_keras import train
 
     options = {"shuffle": True} if source == "ignite-dataset" else OUT_OF_ORDER  # a scan has no out-of-order mode
-    result = train(source, digits, stack, steps=RECIPE["steps"], batch_size=32, model="small", size=32,
+    result = train(source, digits, stack, steps=KERAS_STEPS, batch_size=32, model="small", size=32,
                    num_classes=10, lr=RECIPE["lr"], ceiling=False, val_split="val", **options)
     assert result["val_samples"] == VAL_SAMPLES
     assert _record(f"keras {source}", result["val_accuracy"]) >= TARGET, result

@@ -49,8 +49,8 @@ TARGET = 0.95
 RECIPE = {"model": "small", "size": 32, "num_classes": 10, "batch_size": 32, "steps": 150, "lr": 0.02,
           "device": "cpu", "ceiling": False, "quiet": True}
 OUT_OF_ORDER = {"shuffle": True, "ordered": False}
-# Keras' step sees the same batches, yet s3-shards out of order reached 0.961-0.986 in 8 runs at 150 steps here and
-# 0.944 once in CI (stop 35); at 200 steps 0.972-0.986 in 8 runs: the margin the torch recipe has at 150
+# Keras' SGD on s3-shards out of order: 0.961-0.986 in 8 runs at 150 steps here and 0.944 once in CI (stop 35);
+# 0.972-0.986 in 8 runs at 200 steps: the margin the torch recipe has at 150
 KERAS_STEPS = 200
 TWO_RANK_STEPS = 60  # per rank, batches of 32 on each: 3,840 images seen, as 120 steps on one rank
 

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from workbench.backends import backend_class, make_backend
 from workbench.bench.ingest import ALL_BACKENDS, bench_ingest
-from workbench.bench.loaders import bench_loaders
+from workbench.bench.loaders import MOST_RUNS_PER_ROUND, ROUND_SECONDS, WARMUP_EPOCHS, bench_loaders
 from workbench.bench.rss import bench_rss
 from workbench.bench.s3_clients import DEFAULT_DATASET as S3_CLIENTS_DATASET
 from workbench.bench.s3_clients import run as bench_s3_clients
@@ -327,23 +327,29 @@ def bench_loaders_command(
     results_dir: Annotated[Path, typer.Option()] = RUNS / "bench-loaders",
     items: Annotated[bool, typer.Option(help="also each loader's per-item path, as <loader>[items]: the batch "
                                              "path's before-and-after in one run")] = False,
+    warmup_epochs: Annotated[int, typer.Option(
+        min=0, help="untimed epochs of each loader first (its cold one), and more while an auto window still "
+                    "searches")] = WARMUP_EPOCHS,
+    round_seconds: Annotated[float, typer.Option(
+        min=0, help="each loader and each ceiling reads at least this long in a round (whole epochs or passes, "
+                    f"at most {MOST_RUNS_PER_ROUND})")] = ROUND_SECONDS,
 ) -> None:
     """Every loader vs its backend's native ceiling (a compiled client), at each round-trip time."""
 
     names = loader or default_loaders()
     rows = bench_loaders(get_settings(), names, count, mean_kb, parse_concurrency(concurrency), rtt_ms or [0.0, 50.0],
-                         repeats, results_dir, items=items)
+                         repeats, results_dir, items=items, warmup_epochs=warmup_epochs, round_seconds=round_seconds)
     table = Table("loader", "backend", "RTT ms", "samples/s", "min", "max", "MB/s", "/ ceiling", "its min-max",
-                  "/ own 0 ms", "CPU µs/sample", "window",
+                  "/ own 0 ms", "CPU µs/sample", "window", "warm-up epochs",
                   title=f"loaders vs native ceilings: {count} x {mean_kb:.0f} KB, concurrency {concurrency}, "
-                  f"median of {repeats} rounds (a ratio is taken within a round)")
+                  f"median of {repeats} rounds of at least {round_seconds:g} s each (a ratio is taken within a round)")
     for r in rows:
         table.add_row(r["loader"], r["backend"], f"{r['rtt_ms']:.0f}", f"{r['samples_per_s']:.0f}",
                       f"{r['samples_per_s_min']:.0f}", f"{r['samples_per_s_max']:.0f}", f"{r['mb_per_s']:.1f}",
                       f"{r['ratio_to_ceiling']:.2f}",
                       f"{r['ratio_to_ceiling_min']:.2f}-{r['ratio_to_ceiling_max']:.2f}",
                       f"{r['ratio_to_0ms']:.2f}", f"{r['cpu_us_per_sample']:.0f}",
-                      str(r.get("window") or ""))
+                      str(r.get("window") or ""), str(r.get("warmup_epochs") or ""))
     console.print(table)
     console.print(f"results: {results_dir}")
 

@@ -34,7 +34,7 @@ V = TypeVar("V")
 AUTO = "auto"
 Concurrency = int | Literal["auto"]  # what a config's `concurrency` holds
 AUTO_START = 4  # requests in flight before anything is measured
-AUTO_CAP = 256  # the widest window "auto" opens (threads and connections are sized for it)
+AUTO_CAP = 512  # the widest window "auto" opens (threads and connections are sized for it)
 # Bytes that an "auto" window of big requests (whole shards, get_all batches) may keep in flight per process,
 # shared by its DataLoader workers: what arrives faster than it is consumed waits whole in memory.
 READ_BUDGET = 96 * 2**20
@@ -91,6 +91,9 @@ class Window(Protocol):
     @property
     def measured(self) -> list[tuple[int, float, float]]: ...
 
+    @property
+    def tuning(self) -> bool: ...
+
     def begin(self, total: int | None) -> None: ...
 
     def started(self) -> float: ...
@@ -121,6 +124,10 @@ class FixedWindow:
     @property
     def measured(self) -> list[tuple[int, float, float]]:
         return []  # nothing is measured: the depth is given
+
+    @property
+    def tuning(self) -> bool:
+        return False
 
     def begin(self, total: int | None) -> None:
         pass
@@ -160,11 +167,13 @@ class AutoWindow(PicklesWithoutLocks):
     requires). The depth of the first run (epoch) stays for later ones, after one re-check (`_recheck`,
     from the second run on, settled or not): the first epoch is a cold one (first reads from disk,
     connections, imports), whose slow completions set a base latency that warm reads queueing for the
-    CPU stay under, so wider depths looked profitable. The re-check judges by rate alone: it measures the
-    depth again, then narrower ones while they hold its rate, or, when the first narrower one does not,
-    wider ones while they raise it, and keeps the best. Each depth's rate is the best of `recheck_intervals`
-    intervals of at least `recheck_interval_s` (short: a fast local reader's epoch lasts a fraction of a
-    second; two: one short interval on a shared CPU is noisy). While the submitter waits on its consumer
+    CPU stay under, so wider depths looked profitable. The re-check judges by rate alone: it tries
+    narrower depths while they read at least as fast, or, when the first narrower one does not, wider ones
+    while they raise the rate, and keeps the best. Each candidate is timed between two timings of the depth it is
+    compared with (A B A), each the mean of `recheck_intervals` intervals of at least `recheck_interval_s`
+    (short: a fast local reader's epoch lasts a fraction of a second; two: one short interval on a shared
+    CPU is noisy): the load of a shared machine drifts by a tenth between minutes, and a candidate timed
+    after its reference only would be judged by that drift. While the submitter waits on its consumer
     (`stall` to `resume`: a full output queue) nothing is measured: such intervals time the consumer, not
     the window. Thread-safe; `clock` is injectable so the logic runs on simulated time.
     """
@@ -196,11 +205,12 @@ class AutoWindow(PicklesWithoutLocks):
         self.rechecking = False  # a later run tries narrower or wider depths (`_recheck`)
         self.rechecked = False  # that re-check is done: the depth stays
         self._runs = 0  # calls of `begin`
-        self._recheck_rate = 0.0  # the best rate of the re-check so far (0: its first interval is to come)
-        self._recheck_depth = start  # where it was: the narrowest depth that held it, or the widest that raised it
+        self._recheck_depth = start  # the reference: the narrowest depth that held the rate, or widest that raised it
         self._recheck_from = start  # the depth the re-check started at
         self._recheck_step = -1  # -1: narrower, +1: wider
-        self._recheck_peak, self._recheck_seen = 0.0, 0  # the best rate of this depth's intervals, and their count
+        self._recheck_before = 0.0  # the reference's rate timed before the candidate (0: not timed yet)
+        self._recheck_candidate = 0.0  # the candidate's rate
+        self._recheck_sum, self._recheck_seen = 0.0, 0  # the rates of this timing's intervals, and their count
         self._total: int | None = None
         self._submitted = 0
         self._finished = 0
@@ -221,6 +231,11 @@ class AutoWindow(PicklesWithoutLocks):
         """Every depth this window took, in order (the first is `start`)."""
         return list(self._history)
 
+    @property
+    def tuning(self) -> bool:
+        """Still searching its depth: until its re-check (from the second run on) is done."""
+        return not self.rechecked
+
     def begin(self, total: int | None) -> None:
         """A new run of `total` requests (None: unknown) starts now; a settled depth is kept, and re-checked
         once (`_recheck`), from the second run on, in the next ones until that is done."""
@@ -231,9 +246,9 @@ class AutoWindow(PicklesWithoutLocks):
             self._runs += 1
             if self._runs >= 2 and not self.rechecked and not self.rechecking:
                 self.settled = self.ramping = self.narrowing = False
-                self.rechecking, self._recheck_rate, self._recheck_from = True, 0.0, self._depth
-                self._recheck_depth, self._recheck_step = self._depth, -1
-                self._recheck_peak, self._recheck_seen = 0.0, 0
+                self.rechecking, self._recheck_from, self._recheck_depth = True, self._depth, self._depth
+                self._recheck_step, self._recheck_before, self._recheck_candidate = -1, 0.0, 0.0
+                self._recheck_sum, self._recheck_seen = 0.0, 0
 
     def started(self) -> float:
         """Call when a request is submitted; pass what it returns to `finished`."""
@@ -359,32 +374,46 @@ class AutoWindow(PicklesWithoutLocks):
             self._settle()
 
     def _recheck(self, rate: float, latency_s: float, remaining: int | None) -> None:
-        """One interval of the re-check: the first measures the depth it started at; then narrower depths
-        (/ `growth`) are kept while their rate holds (within `min_gain` of the best so far); if the first of
-        them does not hold it, wider ones (x `growth`, up to `cap`) while each raises the rate by `min_gain`.
+        """One interval of the re-check. Its timings alternate reference, candidate, reference (A B A): the
+        candidate's rate is compared with the mean of the two around it. Narrower candidates (/ `growth`) are
+        kept while they read at least as fast; if the first of them does not, wider ones (x `growth`, up to
+        `cap`) while each raises the rate by `min_gain`. A kept candidate is the next reference.
 
         By rate alone, with no floor from latency: the lowest latency seen may come from another epoch, and a
         depth the round trip needs loses rate when narrowed (measured: fs settled at 64-128 files after a cold
-        first epoch, where 16 read 1.3x faster on warm epochs).
+        first epoch, where 16 read 1.3x faster on warm epochs). A tie keeps the wider depth: a window too narrow
+        loses rate, one too wide costs memory only, and where it costs rate (requests queueing for a busy CPU)
+        narrower reads faster, not as fast. A narrower depth kept when within `min_gain` left s3-objects at 50 ms
+        at 128 in flight where 256 read 5-10 % faster, and losses within it add up from step to step.
         """
         self.measured.append((self._depth, round(rate, 1), round(latency_s * 1000, 2)))
-        self._recheck_peak, self._recheck_seen = max(self._recheck_peak, rate), self._recheck_seen + 1
+        self._recheck_sum, self._recheck_seen = self._recheck_sum + rate, self._recheck_seen + 1
         if self._recheck_seen < self.recheck_intervals:
             return
-        rate, self._recheck_peak, self._recheck_seen = self._recheck_peak, 0.0, 0
-        best = self._recheck_rate
-        if self._recheck_step < 0:
-            held = best == 0.0 or rate >= best * (1 - self.min_gain)  # the first interval: the reference
+        timed, self._recheck_sum, self._recheck_seen = self._recheck_sum / self._recheck_seen, 0.0, 0
+        if self._depth != self._recheck_depth:  # the candidate's timing: back to the reference for its second
+            self._recheck_candidate = timed
+            self._set(self._recheck_depth)
+            return
+        if not self._recheck_before:  # the reference's first timing: the first candidate next
+            self._recheck_before = timed
+            self._try_next()
+            return
+        ratio = self._recheck_candidate / ((self._recheck_before + timed) / 2)
+        held = ratio >= 1 if self._recheck_step < 0 else ratio > 1 + self.min_gain
+        if held:
+            self._recheck_depth, self._recheck_before = self._recheck_next(), self._recheck_candidate
+        elif self._recheck_step < 0 and self._recheck_depth == self._recheck_from:
+            self._recheck_step, self._recheck_before = 1, timed  # the first narrower one lost: wider ones
         else:
-            held = rate > best * (1 + self.min_gain)
-        if not held and (self._recheck_step > 0 or self._recheck_depth != self._recheck_from):
             self._end_recheck()  # a narrower one held, then the next lost; or a wider one gained nothing
             return
-        if held:
-            self._recheck_rate, self._recheck_depth = max(best, rate), self._depth
-        following = self._recheck_next() if held else self._recheck_depth
-        if following == self._recheck_depth == self._recheck_from and self._recheck_step < 0:
-            # no narrower one held (the first lost, or there is none below 1): wider ones, from where it started
+        self._try_next()
+
+    def _try_next(self) -> None:
+        """Time the candidate after the reference; where there is none, turn wider (none below 1) or end."""
+        following = self._recheck_next()
+        if following == self._recheck_depth and self._recheck_step < 0 and self._recheck_depth == self._recheck_from:
             self._recheck_step = 1
             following = self._recheck_next()
         if following == self._recheck_depth:
@@ -393,7 +422,7 @@ class AutoWindow(PicklesWithoutLocks):
             self._set(following)
 
     def _recheck_next(self) -> int:
-        """The depth the re-check tries next: one `growth` step from the best so far, within 1 and `cap`."""
+        """The candidate after the reference: one `growth` step from it, within 1 and `cap`."""
         if self._recheck_step < 0:
             return max(1, math.ceil(self._recheck_depth / self.growth))
         return min(self.cap, math.ceil(self._recheck_depth * self.growth))
@@ -470,6 +499,10 @@ class RoundTripWindow(PicklesWithoutLocks):
     @property
     def measured(self) -> list[tuple[int, float, float]]:
         return self.held.measured
+
+    @property
+    def tuning(self) -> bool:
+        return self.held.tuning
 
     def begin(self, total: int | None) -> None:
         self.held.begin(total)
@@ -560,6 +593,11 @@ class HasWindow:
     def window_intervals(self) -> list[tuple[int, float, float]]:
         """What an "auto" window decided on: (depth, completions/s, mean latency ms) per interval."""
         return self._window.measured
+
+    @property
+    def window_tuning(self) -> bool:
+        """Whether an "auto" window still searches its depth (`bench loaders` times epochs once it does not)."""
+        return self._window.tuning
 
 
 # ------------------------------------------------------------------------------------------ in flight

@@ -6,7 +6,7 @@ Asserted on the window the loaders and `bench loaders` record, never on a timing
 import pytest
 
 from workbench.backends import backend_class, make_backend
-from workbench.bench.loaders import bench_loaders
+from workbench.bench.loaders import MOST_RUNS_PER_ROUND, MOST_WARMUP_EPOCHS, bench_loaders
 from workbench.concurrency import AUTO_START
 from workbench.data import SyntheticSource
 from workbench.ingest import ingest
@@ -69,12 +69,20 @@ def test_a_number_keeps_its_window(stack, dataset, loader):
 
 
 def test_bench_loaders_records_the_window_of_every_row(stack, tmp_path):
+    # one epoch a round: more epochs of 400 small samples give a 0 ms window, which reads alike at every depth,
+    # more time to wander wider (rounds of 2 s: wider than at 50 ms in 2 of 5 runs); rounds of several epochs
+    # against the real servers: the s3-shards test below and tests/services/test_extension.py
     rows = bench_loaders(stack, ["s3-objects", "cassandra"], count=400, mean_kb=8, concurrency="auto",
-                         rtts_ms=[0.0, 50.0], repeats=1, results_dir=tmp_path)
+                         rtts_ms=[0.0, 50.0], repeats=1, results_dir=tmp_path, round_seconds=0)
     assert {(r["loader"], r["rtt_ms"]) for r in rows} == {
         (n, rtt) for n in ("s3-objects", "cassandra", "ceiling:s3-objects", "ceiling:cassandra") for rtt in (0.0, 50.0)}
     window = {(r["loader"], r["rtt_ms"]): r["window"] for r in rows}
     assert all(r["concurrency"] == "auto" and r["window"] >= 1 and r["window_history"] for r in rows)
+    # each loader's untimed epochs first, recorded: at least its cold one, at most the bench's most
+    loaders = [r for r in rows if not r["loader"].startswith("ceiling:")]
+    assert all(1 <= r["warmup_epochs"] <= MOST_WARMUP_EPOCHS and r["first_epoch_samples_per_s"] > 0
+               and r["warmup_samples_per_s"] > 0 for r in loaders), loaders
+    assert all(r["runs_per_round"] == "1" and r["samples"] == 400 for r in rows), rows
     # each loader's epochs in a process of its own, as each ceiling is a program of its own
     assert {(r["loader"].startswith("ceiling:"), r["measured_in"]) for r in rows} == {
         (False, "fresh process"), (True, "own program")}
@@ -92,6 +100,8 @@ def test_a_shard_reader_records_its_shard_gets_and_its_ceiling_runs_at_them(stac
     plain loop."""
     rows = bench_loaders(stack, ["s3-shards"], count=400, mean_kb=8, concurrency="auto", rtts_ms=[0.0], repeats=1,
                          results_dir=tmp_path)
+    # a round times whole epochs (passes) for its 2 s, at most MOST_RUNS_PER_ROUND (how many depends on the load)
+    assert all(1 <= int(r["runs_per_round"]) <= MOST_RUNS_PER_ROUND for r in rows), rows
     window = {r["loader"]: (r["window"], r["window_history"]) for r in rows}
     loader, history = window["s3-shards"]
     assert int(history.split()[0]) >= AUTO_START and 1 <= loader <= MAX_PARALLEL_SHARDS, rows

@@ -131,3 +131,15 @@ def test_the_driver_accepts_the_certificates_and_a_mismatched_key_is_one_clear_l
     not_pem.write_text("not a certificate")
     with pytest.raises(WorkbenchError, match=f"cannot load ssl_certificate {not_pem}"):
         asyncio.run(configure(good.model_copy(update={"ssl_certificate": str(not_pem)})))
+
+
+def test_an_auto_window_has_room_for_a_whole_window_of_completions(tmp_path):
+    """Completions of an "auto" window come in bursts of up to its widest depth; room for `prefetch_buffers`
+    batches only stalled the readers at every burst, and a stalled window measures nothing. A number keeps
+    `prefetch_buffers` (its window measures nothing anyway)."""
+    from workbench.concurrency import AUTO_CAP
+
+    auto = make_loader("cassandra", _settings(tmp_path), dataset="d", batch_size=32, prefetch_buffers=2)
+    fixed = make_loader("cassandra", _settings(tmp_path), dataset="d", batch_size=32, prefetch_buffers=2,
+                        concurrency=64)
+    assert auto._slots() * 32 >= AUTO_CAP + 2 * 32 and fixed._slots() == 2

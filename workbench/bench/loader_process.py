@@ -19,6 +19,7 @@ import multiprocessing
 import time
 from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
+from typing import NamedTuple
 
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
@@ -26,7 +27,17 @@ from workbench.loaders import loader_class, make_loader
 from workbench.loaders.base import Loader
 
 Run = tuple[float, int, int]  # seconds, samples, bytes
-Epoch = tuple[Run, float, list[int] | None]  # the run, its CPU seconds (all threads), the loader's window history
+
+
+class Epoch(NamedTuple):
+    """One epoch of a loader, as measured."""
+
+    run: Run
+    cpu_s: float  # the process's CPU seconds (all threads)
+    window: list[int] | None  # the loader's window history (None: it has no window)
+    tuning: bool  # its "auto" window still searches its depth (`Window.tuning`)
+
+
 Epochs = tuple[list[Run], list[float], list[list[int]]]  # timed runs, CPU seconds, window histories
 
 
@@ -72,12 +83,13 @@ class EpochRunner:
         return self._loader
 
     def epoch(self) -> Epoch:
-        """(seconds, samples, bytes), its CPU seconds, the loader's window history (its last entry: the depth in
-        use at the end), None for a loader without a window."""
+        """The next epoch: (seconds, samples, bytes), its CPU seconds, the loader's window history (its last entry:
+        the depth in use at the end; None for a loader without a window) and whether that window still tunes."""
         cpu: list[float] = []
         run = timed(self._read, cpu)
         history = getattr(self._loader, "window_history", None)
-        return run, cpu[0], list(history) if history else None
+        return Epoch(run, cpu[0], list(history) if history else None,
+                     bool(getattr(self._loader, "window_tuning", False)))
 
     def _read(self) -> tuple[int, int, float]:
         """(samples, bytes, seconds spent making and connecting the loader) of the next epoch."""
@@ -222,7 +234,7 @@ def _gather(epochs: Iterable[Epoch]) -> Epochs:
     runs: list[Run] = []
     cpu: list[float] = []
     windows: list[list[int]] = []
-    for run, seconds, window in epochs:
+    for run, seconds, window, _ in epochs:
         runs.append(run)
         cpu.append(seconds)
         if window:

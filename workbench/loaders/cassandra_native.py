@@ -32,7 +32,7 @@ from workbench.clients.cassandra import (
     open_native_session,
 )
 from workbench.clients.cassandra import native_connect_error as connect_error  # noqa: F401 - its old home
-from workbench.concurrency import EventLoopThread, HasWindow, Window, fixed_depth, make_window, pool_size
+from workbench.concurrency import AUTO, EventLoopThread, HasWindow, Window, fixed_depth, make_window, pool_size
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
 from workbench.loaders.base import Item, Loader, LoaderConfig
@@ -358,16 +358,30 @@ class CassandraNativeLoader(FreshConnections, HasWindow, Loader):
         except BaseException as exc:  # handed to the consumer
             out.put_nowait(_Failure(exc))
 
+    def _slots(self) -> int:
+        """Batches that may wait for the consumer: `prefetch_buffers`, and with "auto" a full window's worth more.
+
+        Why: an "auto" window's completions come in bursts of up to its depth, a round trip apart; with room for
+        `prefetch_buffers` batches only (64 samples by default) each burst stalled the readers, and a window
+        measures nothing while they stall (cassandra at 50 ms: no interval at 256 in flight in 7 epochs). The
+        reads a stall holds back wait in memory either way.
+        """
+        c = self.config
+        if c.concurrency != AUTO:
+            return c.prefetch_buffers
+        return c.prefetch_buffers + -(-pool_size(c.concurrency) // c.batch_size)  # a whole window, in batches
+
     def iter_epoch(self, epoch: int) -> Iterator[Item]:
         keys = self.unread(epoch, self.shard_ids(epoch), key=str)  # resuming: the ids not yet delivered
         if not keys:
             return
         layout, io = self._connect_retrying()
         read = self._reader(layout, io)
-        out: queue.Queue = queue.Queue(maxsize=self.config.prefetch_buffers + 1)  # + the end or a failure
+        room = self._slots()
+        out: queue.Queue = queue.Queue(maxsize=room + 1)  # + the end or a failure
 
         async def start() -> tuple[asyncio.Task, asyncio.Semaphore]:
-            slots = asyncio.Semaphore(self.config.prefetch_buffers)
+            slots = asyncio.Semaphore(room)
             task = asyncio.get_running_loop().create_task(self._produce(keys, read, out, slots))
             self._producers.add(task)
             task.add_done_callback(self._producers.discard)

@@ -136,6 +136,10 @@ class FilesystemLoader(PicklesWithoutLocks, Loader):
             return []
         return [depth * self.config.files_per_request for depth in self._window.history]
 
+    @property
+    def window_tuning(self) -> bool:
+        return self.layout != "shards" and self._window.tuning
+
     # ------------------------------------------------------------------------------- layout
 
     @property

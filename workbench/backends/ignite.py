@@ -36,7 +36,9 @@ from pydantic import Field
 
 from workbench.backends.base import Backend, LayoutOptions, Progress, StoredSample, storage_name
 from workbench.clients import ignite_client
-from workbench.clients.ignite import DEFAULT_PARTITIONS, PARTITION_TEMPLATES, partition_template
+from workbench.clients.endpoints import ignite_points
+from workbench.clients.endpoints import where as where_of
+from workbench.clients.ignite import DEFAULT_PARTITIONS, PARTITION_TEMPLATES, partition_template, scan_whole
 from workbench.concurrency import InFlight, finish
 from workbench.data import Sample
 from workbench.errors import WorkbenchError, first_line
@@ -239,19 +241,26 @@ class IgniteBackend(Backend):
         binary mode reads the small ``<CACHE>_IDS`` cache (written after each batch's objects), because a
         thin-client scan can neither project nor filter: scanning the data cache for its keys would move
         every image over the network (the whole dataset, to learn a few MB of ids). sql mode asks
-        ``SELECT id`` and the server sends only the keys. Both read in pages of 5000.
+        ``SELECT id`` and the server sends only the keys. Both read in pages of 5000; a scan that saw fewer
+        ids than the cache holds is taken again (`scan_whole`).
         """
         with self._client() as client:
             self._require_cache(client)
             if self.options.mode == "sql":
-                keys: Iterable = (row[0] for row in _sql_iter(client, f"SELECT id FROM {self.table}", ID_PAGE_SIZE))
-            elif self.ids_cache_name in client.get_cache_names():
-                keys = (k for k, _ in _scan(client.get_cache(self.ids_cache_name), ID_PAGE_SIZE))
-            else:  # data cache made by something else: everything is (re)written, harmless upserts
-                keys = ()
-            ids = set()
-            for key in keys:
-                ids.add(_uuid(key, self.cache_name))
+                return {_uuid(row[0], self.cache_name)
+                        for row in _sql_iter(client, f"SELECT id FROM {self.table}", ID_PAGE_SIZE)}
+            ids: set[uuid.UUID] = set()
+            if self.ids_cache_name not in client.get_cache_names():
+                return ids  # a data cache made by something else: everything is (re)written, harmless upserts
+
+            def listing() -> int:
+                ids.clear()
+                entries = _scan(client.get_cache(self.ids_cache_name), ID_PAGE_SIZE)
+                ids.update(_uuid(key, self.cache_name) for key, _ in entries)
+                return len(ids)
+
+            scan_whole(client, self.ids_cache_name, where_of(ignite_points(self.settings, self.options.via_proxy)),
+                       listing)
             return ids
 
     def scan(self) -> Iterator[StoredSample]:

@@ -6,8 +6,9 @@ by sample id, or an SQL table whose cache is ``SQL_PUBLIC_<TABLE>``):
 * ``IgniteLoader`` (registry name ``ignite``), the benchmark loader, in two modes:
 
   - ``get_all`` (default): the split's keys are read once per loader (from the small ``<CACHE>_IDS``
-    companion cache in binary mode, read with `scan_scalars`; ``SELECT id ... WHERE split = ?`` in sql mode:
-    a few MB of ids, never the images), put in this epoch's order (`epoch_order`), cut to this rank's and
+    companion cache in binary mode, read with `scan_scalars` and scanned again while it saw fewer ids than the
+    cache holds (`scan_whole`: a scan misses partitions moving between nodes); ``SELECT id, split`` in sql
+    mode: a few MB of ids, never the images), put in this epoch's order (`epoch_order`), cut to this rank's and
     DataLoader worker's share (`take_shard`), then fetched with ``get_all`` in batches of ``get_batch`` keys
     with ``concurrency`` batches in flight (under "auto", at most ``READ_BUDGET`` bytes of batches:
     `workbench.concurrency`). ``client="aio"`` (default): one pyignite ``AioClient`` connection on an
@@ -52,7 +53,7 @@ import contextlib
 import logging
 import random
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -69,6 +70,7 @@ from workbench.clients.ignite import (
     require_cache,
     scan_cursor,
     scan_scalars,
+    scan_whole,
     schema_names,
     schema_names_async,
     settings_endpoint,
@@ -524,27 +526,38 @@ def list_split_keys(client: Client, where: str, layout: dict, cache_name: str, s
                     if (s or "train") == split:
                         keys.append(str(key))
         elif ids_cache in names:
-            def take(pairs: Iterable[tuple[Any, Any]]) -> None:
+            def listing() -> int:
+                keys.clear()
+                splits.clear()
+                try:
+                    pairs = list(scan_scalars(client, ids_cache, ID_PAGE_SIZE))
+                except UnusualScan:  # not plain ids and splits, or an error: pyignite decodes it (or raises)
+                    with client.get_cache(ids_cache).scan(page_size=ID_PAGE_SIZE) as cursor:
+                        pairs = list(cursor)
                 for key, s in pairs:
                     splits.add(s or "train")
                     if (s or "train") == split:
                         keys.append(str(key))
+                return len(pairs)
 
-            try:
-                take(scan_scalars(client, ids_cache, ID_PAGE_SIZE))
-            except UnusualScan:  # not plain ids and splits, or an error: pyignite decodes it (or raises)
-                keys.clear()
-                splits.clear()
-                with client.get_cache(ids_cache).scan(page_size=ID_PAGE_SIZE) as cursor:
-                    take(cursor)
+            scan_whole(client, ids_cache, where, listing)
         else:  # a cache written by something else: learn the keys by scanning it (moves every object once)
             log.warning("Ignite cache %s has no ids cache: listing its keys with a full scan", cache_name)
-            with client.get_cache(cache_name).scan(page_size=100) as cursor:
-                for key, value in cursor:
-                    s = _split_of(value)
-                    splits.add(s)
-                    if s == split:
-                        keys.append(str(key))
+
+            def full_scan() -> int:
+                keys.clear()
+                splits.clear()
+                seen = 0
+                with client.get_cache(cache_name).scan(page_size=100) as cursor:
+                    for key, value in cursor:
+                        seen += 1
+                        s = _split_of(value)
+                        splits.add(s)
+                        if s == split:
+                            keys.append(str(key))
+                return seen
+
+            scan_whole(client, cache_name, where, full_scan)
     except ignite_errors() as exc:
         raise WorkbenchError(
             f"listing the ids of Ignite cache {cache_name} at {where} failed: {type(exc).__name__}: {first_line(exc)}"

@@ -53,7 +53,7 @@ import contextlib
 import logging
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -518,44 +518,38 @@ def list_split_keys(client: Client, where: str, layout: dict, cache_name: str, s
     ids_cache = layout.get("ids_cache") if same_cache and layout.get("ids_cache") else f"{cache_name}_IDS"
     splits: set[str] = set()
     keys: list[str] = []
+
+    def take(pairs: Iterable[tuple[Any, Any]]) -> int:
+        """The keys of `split` from (key, split) pairs, afresh (a scan may be taken again); how many pairs."""
+        keys.clear()
+        splits.clear()
+        seen = 0
+        for key, s in pairs:
+            seen += 1
+            splits.add(s or "train")
+            if (s or "train") == split:
+                keys.append(str(key))
+        return seen
+
     try:
         if layout.get("mode") == "sql" and same_cache and layout.get("table"):
             with client.sql(f"SELECT id, split FROM {layout['table']}", page_size=ID_PAGE_SIZE) as cursor:
-                for key, s in cursor:
-                    splits.add(s or "train")
-                    if (s or "train") == split:
-                        keys.append(str(key))
+                take(cursor)
         elif ids_cache in names:
             def listing() -> int:
-                keys.clear()
-                splits.clear()
                 try:
-                    pairs = list(scan_scalars(client, ids_cache, ID_PAGE_SIZE))
+                    return take(scan_scalars(client, ids_cache, ID_PAGE_SIZE))
                 except UnusualScan:  # not plain ids and splits, or an error: pyignite decodes it (or raises)
                     with client.get_cache(ids_cache).scan(page_size=ID_PAGE_SIZE) as cursor:
-                        pairs = list(cursor)
-                for key, s in pairs:
-                    splits.add(s or "train")
-                    if (s or "train") == split:
-                        keys.append(str(key))
-                return len(pairs)
+                        return take(cursor)
 
             scan_whole(client, ids_cache, where, listing)
         else:  # a cache written by something else: learn the keys by scanning it (moves every object once)
             log.warning("Ignite cache %s has no ids cache: listing its keys with a full scan", cache_name)
 
             def full_scan() -> int:
-                keys.clear()
-                splits.clear()
-                seen = 0
                 with client.get_cache(cache_name).scan(page_size=100) as cursor:
-                    for key, value in cursor:
-                        seen += 1
-                        s = _split_of(value)
-                        splits.add(s)
-                        if s == split:
-                            keys.append(str(key))
-                return seen
+                    return take((key, _split_of(value)) for key, value in cursor)
 
             scan_whole(client, cache_name, where, full_scan)
     except ignite_errors() as exc:

@@ -289,6 +289,15 @@ def test_ids_that_are_not_strings_are_listed_by_pyignite(stack, unique):
     assert listed == sorted(str(key) for i, key in enumerate(ids) if i % 4)
 
 
+def test_a_cache_without_an_ids_cache_is_listed_by_scanning_its_objects(stack, scratch):
+    """Data written by something else (no ``<CACHE>_IDS``): the split's keys come from a scan of the objects."""
+    d = scratch(15)
+    with ignite_client(stack) as client:
+        client.get_cache(f"{d.cache}_IDS").destroy()
+        listed = list_split_keys(client, "here", {"cache": d.cache}, d.cache, "train")
+    assert listed == sorted(d.train)
+
+
 def test_unexpected_schema_is_a_clear_error(stack, scratch):
     d = scratch(10)
     victim = sorted(d.train)[4]

@@ -23,6 +23,11 @@ pass over the split: `warmup` untimed passes come first (default 1), as a loader
 (`bench loaders`) reads its timed epochs with connections open, the servers' caches warm and its code loaded.
 The split is listed once, before the passes (`list_seconds`), as a loader lists it in its first epoch and
 keeps the list: with `warmup` 0 the listing is in the timed pass, as in a loader's first epoch.
+With `digest` (`run_native_ceiling(..., digest=True)`, the programs' -digest / --digest true) a program reads the
+split once more after its timed pass, untimed, and prints "sha256 <hex> <key as a JSON string>" per sample of
+that pass before its result line: the SHA-256 of the image bytes, keyed by the sample's id (cassandra, ignite:
+the row's or cache entry's key; shards: the tar's "uid" member) or, for one object per sample, its manifest key
+(relative to the split). Off, no program hashes anything; on, the figures are still the timed pass's.
 Credentials go to the program in environment variables, never on its command line, and never appear in
 an error (they are scrubbed from its output). Every request has settings.timeout_s; the whole run is
 bounded by `run_timeout_s`.
@@ -30,9 +35,12 @@ bounded by `run_timeout_s`.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 from collections.abc import Callable
@@ -79,6 +87,7 @@ class CeilingRun:
     list_seconds: float
     connect_seconds: float
     cpu_s: float
+    digests: dict[str, str] | None = None  # key -> SHA-256 hex of each sample read (run with digest=True)
 
     @property
     def counts(self) -> tuple[int, int]:
@@ -89,6 +98,45 @@ class CeilingRun:
 class _Command:
     argv: list[str]
     env: dict[str, str]
+
+
+DIGEST_PREFIX = "sha256 "
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_DIGEST_FLAG = {"go": ["-digest"], "java": ["--digest", "true"]}
+
+
+def sample_digest(data: bytes) -> str:
+    """The digest a ceiling prints of one sample's bytes (SHA-256: every language's standard library has it)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def parse_digests(stdout: str) -> dict[str, str]:
+    """key -> digest of a ceiling's "sha256 <hex> <JSON key>" lines; a malformed or repeated key is one line."""
+    digests: dict[str, str] = {}
+    for number, line in enumerate(stdout.splitlines(), 1):
+        if not line.startswith(DIGEST_PREFIX):
+            continue
+        value, _, raw_key = line[len(DIGEST_PREFIX):].partition(" ")
+        try:
+            key = json.loads(raw_key)
+        except ValueError:
+            key = None
+        if not _HEX64.fullmatch(value) or not isinstance(key, str):
+            raise WorkbenchError(f"ceiling digest line {number} is not 'sha256 <64 hex> <JSON string key>': "
+                                 f"{line[:120]!r}; rebuild the ceilings")
+        if key in digests:
+            raise WorkbenchError(f"ceiling digest line {number}: key {key!r} was read twice in one pass")
+        digests[key] = value
+    return digests
+
+
+def digest_mismatches(got: dict[str, str], expected: dict[str, str]) -> list[str]:
+    """Where two key -> digest maps differ, one line per key (missing, unexpected or other bytes); [] when equal."""
+    lines = [f"missing {k}" for k in sorted(expected.keys() - got.keys())]
+    lines += [f"unexpected {k}" for k in sorted(got.keys() - expected.keys())]
+    lines += [f"{k}: read {got[k][:12]}, expected {expected[k][:12]}"
+              for k in sorted(got.keys() & expected.keys()) if got[k] != expected[k]]
+    return lines
 
 
 def native_backends() -> list[str]:
@@ -219,13 +267,17 @@ def _scrub(text: str, settings: Settings) -> str:
 
 
 def run_native_ceiling(settings: Settings, backend: str, config: CeilingConfig | dict,
-                       run_timeout_s: float = RUN_TIMEOUT_S) -> CeilingRun:
-    """Run the backend's ceiling program once over the dataset's split; its counts, times and CPU."""
+                       run_timeout_s: float = RUN_TIMEOUT_S, digest: bool = False) -> CeilingRun:
+    """Run the backend's ceiling program once over the dataset's split; its counts, times and CPU.
+
+    `digest`: also every sample's digest (`CeilingRun.digests`), from one more, untimed, pass (see the module doc).
+    """
     c = config if isinstance(config, CeilingConfig) else CeilingConfig(**config)
     command = command_for(settings, backend, c)
     name = program_name(backend)
+    argv = command.argv + (_DIGEST_FLAG[name.split("/", 1)[0]] if digest else [])
     try:
-        proc = subprocess.run(command.argv, env=command.env, capture_output=True, text=True, timeout=run_timeout_s,
+        proc = subprocess.run(argv, env=command.env, capture_output=True, text=True, timeout=run_timeout_s,
                               stdin=subprocess.DEVNULL, check=False)
     except subprocess.TimeoutExpired:
         raise WorkbenchError(
@@ -238,13 +290,14 @@ def run_native_ceiling(settings: Settings, backend: str, config: CeilingConfig |
         raise WorkbenchError(f"the {backend} ceiling ({name}) failed: {reason}")
     try:
         doc = json.loads(next(line for line in reversed(proc.stdout.splitlines()) if line.startswith("{")))
-        return CeilingRun(program=name, samples=int(doc["samples"]), bytes=int(doc["bytes"]),
-                          wire_bytes=int(doc["wire_bytes"]), seconds=float(doc["seconds"]),
-                          list_seconds=float(doc["list_seconds"]), connect_seconds=float(doc["connect_seconds"]),
-                          cpu_s=float(doc["cpu_s"]))
+        run = CeilingRun(program=name, samples=int(doc["samples"]), bytes=int(doc["bytes"]),
+                         wire_bytes=int(doc["wire_bytes"]), seconds=float(doc["seconds"]),
+                         list_seconds=float(doc["list_seconds"]), connect_seconds=float(doc["connect_seconds"]),
+                         cpu_s=float(doc["cpu_s"]))
     except (StopIteration, ValueError, KeyError, TypeError) as exc:
         raise WorkbenchError(f"the {backend} ceiling ({name}) printed no result line ({type(exc).__name__}); "
                              f"rebuild it by removing {settings.cache_dir}/ceilings-*") from None
+    return dataclasses.replace(run, digests=parse_digests(proc.stdout)) if digest else run
 
 
 # ----------------------------------------------------------------------------------- for the benchmark

@@ -37,6 +37,7 @@ func main() {
 	remote := ceiling.RemoteFlags("SELECTs")
 	conns := flag.Int("conns", 2, "connections to each node")
 	warmup := ceiling.WarmupFlag()
+	digest := ceiling.DigestFlag()
 	flag.Parse()
 
 	gocql.Logger = log.New(io.Discard, "", 0)
@@ -67,7 +68,7 @@ func main() {
 	defer session.Close()
 	result := ceiling.Result{Program: "go/gocql", Concurrency: *remote.Concurrency, ConnectSeconds: connect.Seconds()}
 
-	ceiling.Timed(result, *warmup, func() func(*ceiling.Counter) {
+	ceiling.Timed(result, *warmup, *digest, func() func(*ceiling.Counter) {
 		var ids []gocql.UUID
 		iter := session.Query("SELECT " + quote(*idCol) + " FROM " + table(*metaTable)).PageSize(5000).Iter()
 		var id gocql.UUID
@@ -84,6 +85,9 @@ func main() {
 				var data []byte
 				for iter.Scan(&data) {
 					count.Add(1, int64(len(data)), int64(len(data)))
+					if count.Digests != nil { // the -digest pass only: no key string in the timed one
+						count.Digest(id.String(), data)
+					}
 				}
 				return iter.Close()
 			})

@@ -19,11 +19,12 @@ func main() {
 	kind := flag.String("layout", "imagefolder", "imagefolder (manifest.txt) or shards (index.json)")
 	concurrency := flag.Int("concurrency", 4, "reads in flight")
 	warmup := ceiling.WarmupFlag()
+	digest := ceiling.DigestFlag()
 	flag.Parse()
 
 	dir := filepath.Join(*root, *split)
 	result := ceiling.Result{Program: "go/os " + *kind, Concurrency: *concurrency}
-	ceiling.Timed(result, *warmup, func() func(*ceiling.Counter) { return list(dir, *kind, *concurrency) })
+	ceiling.Timed(result, *warmup, *digest, func() func(*ceiling.Counter) { return list(dir, *kind, *concurrency) })
 }
 
 // list lists the split and returns a pass that reads it once: every file (imagefolder) or every shard, n reads
@@ -38,6 +39,9 @@ func list(dir, kind string, n int) func(count *ceiling.Counter) {
 			ceiling.Run(program, dir, keys, n, func(key string) error {
 				data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(key)))
 				count.Add(1, int64(len(data)), int64(len(data)))
+				if err == nil {
+					count.Digest(key, data)
+				}
 				return err
 			})
 		}
@@ -52,7 +56,7 @@ func list(dir, kind string, n int) func(count *ceiling.Counter) {
 					return err
 				}
 				defer f.Close()
-				samples, payload, wire, err := layout.CountTar(f, make([]byte, 256*1024))
+				samples, payload, wire, err := layout.CountTar(f, make([]byte, 256*1024), count)
 				count.Add(samples, payload, wire)
 				return err
 			})

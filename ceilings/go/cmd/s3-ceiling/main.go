@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"flag"
 	"fmt"
+	"hash"
 	"io"
 	"net"
 	"net/http"
@@ -86,6 +87,7 @@ func main() {
 	kind := flag.String("layout", "objects", "objects (manifest.txt) or shards (index.json)")
 	remote := ceiling.RemoteFlags("GETs")
 	warmup := ceiling.WarmupFlag()
+	digest := ceiling.DigestFlag()
 	profile := flag.String("cpuprofile", "", "write a Go CPU profile here (to see where a ceiling's CPU goes)")
 	flag.Parse()
 	if *profile != "" {
@@ -135,7 +137,7 @@ func main() {
 		r.clients = append(r.clients, client)
 	}
 	result := ceiling.Result{Program: "go/minio-go " + *kind, Concurrency: *concurrency}
-	ceiling.Timed(result, *warmup, func() func(*ceiling.Counter) { return r.list(*split, *kind, *concurrency) })
+	ceiling.Timed(result, *warmup, *digest, func() func(*ceiling.Counter) { return r.list(*split, *kind, *concurrency) })
 }
 
 // list reads the split's listing and returns a pass that reads the split once: every object or every shard, n
@@ -155,8 +157,12 @@ func (r *reader) list(split, kind string, inFlight int) func(count *ceiling.Coun
 				buf := <-bufs
 				defer func() { bufs <- buf }()
 				return r.get(split+"/"+key, func(body io.Reader) error {
-					n, err := readAll(body, buf)
+					h := count.Hasher()
+					n, err := readAll(body, buf, h)
 					count.Add(1, n, n)
+					if err == nil {
+						count.Sum(key, h)
+					}
 					return err
 				})
 			})
@@ -169,7 +175,7 @@ func (r *reader) list(split, kind string, inFlight int) func(count *ceiling.Coun
 			ceiling.Run(program, r.endpoint, shards, inFlight, func(s layout.Shard) error {
 				buf := make([]byte, 256*1024)
 				return r.get(split+"/"+s.Name, func(body io.Reader) error {
-					samples, payload, wire, err := layout.CountTar(body, buf)
+					samples, payload, wire, err := layout.CountTar(body, buf, count)
 					count.Add(samples, payload, wire)
 					return err
 				})
@@ -180,12 +186,16 @@ func (r *reader) list(split, kind string, inFlight int) func(count *ceiling.Coun
 	return nil
 }
 
-// readAll reads body to its end through buf (the bytes land in user memory, as a loader's would).
-func readAll(body io.Reader, buf []byte) (int64, error) {
+// readAll reads body to its end through buf (the bytes land in user memory, as a loader's would), into h too
+// when h is not nil (the -digest pass).
+func readAll(body io.Reader, buf []byte, h hash.Hash) (int64, error) {
 	var n int64
 	for {
 		m, err := body.Read(buf)
 		n += int64(m)
+		if h != nil {
+			h.Write(buf[:m])
+		}
 		if err == io.EOF {
 			return n, nil
 		}

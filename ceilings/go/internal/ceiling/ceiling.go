@@ -3,10 +3,15 @@
 package ceiling
 
 import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"hash"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,8 +71,55 @@ func Fail(format string, args ...any) {
 // Secret reads a credential from the environment (never from argv); empty when unset.
 func Secret(name string) string { return os.Getenv(name) }
 
-// Counter totals what the workers read.
-type Counter struct{ Samples, Bytes, Wire atomic.Int64 }
+// Counter totals what the workers read; with Digests set (the -digest pass) it also takes each sample's digest.
+type Counter struct {
+	Samples, Bytes, Wire atomic.Int64
+	Digests              *Digests
+}
+
+// Digests holds one line per sample a pass read: "sha256 <hex> <key as a JSON string>".
+type Digests struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// Hasher is a fresh SHA-256 for one sample's bytes, or nil when this pass takes no digests.
+func (c *Counter) Hasher() hash.Hash {
+	if c.Digests == nil {
+		return nil
+	}
+	return sha256.New()
+}
+
+// Sum records the digest h (from Hasher) of the sample `key`; nothing when h is nil.
+func (c *Counter) Sum(key string, h hash.Hash) {
+	if h == nil || c.Digests == nil {
+		return
+	}
+	quoted, _ := json.Marshal(key)
+	line := "sha256 " + hex.EncodeToString(h.Sum(nil)) + " " + string(quoted)
+	c.Digests.mu.Lock()
+	c.Digests.lines = append(c.Digests.lines, line)
+	c.Digests.mu.Unlock()
+}
+
+// Digest records the digest of one sample read whole into data; nothing when this pass takes no digests.
+func (c *Counter) Digest(key string, data []byte) {
+	if h := c.Hasher(); h != nil {
+		h.Write(data)
+		c.Sum(key, h)
+	}
+}
+
+// Print writes the lines to stdout, sorted (the workers' order is not the dataset's).
+func (d *Digests) Print() {
+	sort.Strings(d.lines)
+	out := bufio.NewWriter(os.Stdout)
+	for _, line := range d.lines {
+		fmt.Fprintln(out, line)
+	}
+	_ = out.Flush()
+}
 
 // Each runs fn over jobs with n goroutines in flight; the first error stops handing out new jobs.
 func Each[T any](jobs []T, n int, fn func(T) error) error {
@@ -127,12 +179,19 @@ func WarmupFlag() *int {
 	return flag.Int("warmup", 0, "untimed passes over the split before the timed one (what a loader kept from epoch to epoch has had)")
 }
 
+// DigestFlag is the -digest flag: one more, untimed, pass that prints every sample's digest (see Timed).
+func DigestFlag() *bool {
+	return flag.Bool("digest", false, "after the timed pass, one untimed pass that prints \"sha256 <hex> <key>\" "+
+		"per sample read (checks what was read; the figures stay the timed pass's)")
+}
+
 // Timed lists the split once (list returns the pass over what it listed), runs that pass warmup times untimed,
 // then once timed, and prints r with the timed pass's figures: a warm pass leaves open connections, the
 // server's caches and (Java) compiled code, as a loader's earlier epochs do. A loader lists a split in its
 // first epoch and keeps the list, so the listing is timed only with warmup 0 (the first epoch); its own time
-// is in list_seconds.
-func Timed(r Result, warmup int, list func() func(count *Counter)) {
+// is in list_seconds. With digest, one more pass after the timed one (so untimed, and the timed pass does no
+// hashing) prints a digest line per sample it read, before the result line.
+func Timed(r Result, warmup int, digest bool, list func() func(count *Counter)) {
 	clock := Start()
 	pass := list()
 	r.ListSeconds = clock.Seconds()
@@ -144,14 +203,20 @@ func Timed(r Result, warmup int, list func() func(count *Counter)) {
 	}
 	var count Counter
 	pass(&count)
-	Finish(r, clock, &count)
+	r = Measured(r, clock, &count)
+	if digest {
+		digests := &Digests{}
+		pass(&Counter{Digests: digests})
+		digests.Print()
+	}
+	Print(r)
 }
 
-// Finish fills the measured phase (started at clock) and the totals into r and prints it.
-func Finish(r Result, clock Clock, count *Counter) {
+// Measured fills the measured phase (started at clock) and the totals into r.
+func Measured(r Result, clock Clock, count *Counter) Result {
 	r.Seconds, r.CPUSeconds = clock.Seconds(), clock.CPU()
 	r.Samples, r.Bytes, r.WireBytes = count.Samples.Load(), count.Bytes.Load(), count.Wire.Load()
-	Print(r)
+	return r
 }
 
 // Add counts one read of samples that carried payload bytes of images in wire bytes.

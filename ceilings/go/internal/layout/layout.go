@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net/url"
 	"path"
@@ -57,12 +58,30 @@ func IndexShards(data []byte) ([]Shard, error) {
 	return doc.Shards, nil
 }
 
+// Digester takes the digests of the samples a pass reads (*ceiling.Counter is one): Hasher is nil when it
+// takes none (every timed pass), else a fresh hash for one sample's image, which Sum then records by id.
+type Digester interface {
+	Hasher() hash.Hash
+	Sum(key string, h hash.Hash)
+}
+
+// IDEntry is the tar member that holds a sample's id (the uuid the backend's scan reports), after its image.
+const IDEntry = "uid"
+
 // CountTar reads a WebDataset tar to the end: samples = distinct keys, payload = bytes of each sample's
-// first member (the image: writers put it first), wire = every byte read from r.
-func CountTar(r io.Reader, buf []byte) (samples, payload, wire int64, err error) {
+// first member (the image: writers put it first), wire = every byte read from r. When d takes digests, each
+// sample's image is hashed as it streams and recorded under the sample's id (its "uid" member; its tar key
+// when it has none).
+func CountTar(r io.Reader, buf []byte, d Digester) (samples, payload, wire int64, err error) {
 	counted := &countingReader{r: r}
 	tr := tar.NewReader(counted)
-	last := ""
+	last, id := "", ""
+	var h hash.Hash
+	flush := func() {
+		if h != nil {
+			d.Sum(id, h)
+		}
+	}
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -75,18 +94,35 @@ func CountTar(r io.Reader, buf []byte) (samples, payload, wire int64, err error)
 			continue
 		}
 		dir, base := path.Split(hdr.Name)
-		stem, _, _ := strings.Cut(base, ".")
+		stem, ext, _ := strings.Cut(base, ".")
 		key := dir + stem
-		n, err := io.CopyBuffer(discard{}, tr, buf)
+		first := key != last
+		if first {
+			flush()
+			h, id = d.Hasher(), key
+		}
+		var sink io.Writer = discard{}
+		switch {
+		case first && h != nil:
+			sink = h
+		case !first && h != nil && ext == IDEntry:
+			var raw bytes.Buffer
+			if _, err := io.Copy(&raw, io.LimitReader(tr, 256)); err != nil {
+				return 0, 0, 0, err
+			}
+			id = strings.TrimSpace(raw.String())
+		}
+		n, err := io.CopyBuffer(sink, tr, buf)
 		if err != nil {
 			return 0, 0, 0, err
 		}
-		if key != last {
+		if first {
 			samples++
 			payload += n
 			last = key
 		}
 	}
+	flush()
 	_, _ = io.CopyBuffer(discard{}, counted, buf) // the tar's end padding
 	return samples, payload, counted.n, nil
 }

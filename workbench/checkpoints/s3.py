@@ -19,6 +19,8 @@ in flight, into one buffer of the object's size; reads and seeks (torch.load see
 central directory first) wait only for the parts they touch. Every range is read with ``If-Match``
 on the ETag, so an object replaced during the read raises instead of mixing two versions.
 
+`OssCheckpoint` is the same class under the OSS connector's name, for ``oss://bucket/key`` URIs.
+
 OSS connector options, as for ``OssCheckpoint(endpoint=..., cred_path=..., config_path=...)``: `endpoint` is
 the S3 endpoint URL used instead of the settings', `cred_path` the connector's JSON credential file (its keys
 replace the settings'), `config_path` its JSON config: ``checkpointConfig.uploadConcurrency`` and
@@ -38,12 +40,13 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, ClassVar
 
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
-from workbench.storage import MultipartUpload, Store, parse_s3_uri
+from workbench.storage import MultipartUpload, Store
 from workbench.storage.oss_access import OssAccess
+from workbench.storage.s3 import parse_object_uri
 
 MIB = 2**20
 MIN_PART = 5 * MIB  # S3's smallest part (except the last)
@@ -55,6 +58,8 @@ Audit = Callable[..., None]  # OssAccess.audit(op, bucket, key, size, detail)
 
 class S3Checkpoint:
     """Checkpoint reader and writer file objects on S3 (``s3://bucket/key`` URIs)."""
+
+    scheme: ClassVar[str] = "s3"  # of the URIs `reader` and `writer` take (OssCheckpoint: "oss")
 
     def __init__(self, settings: Settings | None = None, *, via_proxy: bool = False, part_size: int = 8 * MIB,
                  upload_concurrency: int | None = None, prefetch_concurrency: int | None = None,
@@ -88,31 +93,31 @@ class S3Checkpoint:
             return self._stores[bucket]
 
     def writer(self, uri: str) -> S3CheckpointWriter:
-        bucket, key = _object(uri)
+        bucket, key = parse_object_uri(uri, self.scheme)
         return S3CheckpointWriter(self._store(bucket), key, self.part_size, self.upload_concurrency,
-                                  self.access.audit)
+                                  self.access.audit, scheme=self.scheme)
 
     def reader(self, uri: str) -> S3CheckpointReader:
-        bucket, key = _object(uri)
+        bucket, key = parse_object_uri(uri, self.scheme)
         return S3CheckpointReader(self._store(bucket), key, self.part_size, self.prefetch_concurrency,
-                                  self.access.audit)
+                                  self.access.audit, scheme=self.scheme)
 
 
-def _object(uri: str) -> tuple[str, str]:
-    bucket, key = parse_s3_uri(uri)
-    if not key or key.endswith("/"):
-        raise WorkbenchError(f"{uri!r} names no object (want s3://bucket/key)")
-    return bucket, key
+class OssCheckpoint(S3Checkpoint):
+    """The OSS connector's name: `S3Checkpoint` over ``oss://bucket/key`` URIs (any S3-compatible `endpoint`)."""
+
+    scheme = "oss"
 
 
 class S3CheckpointWriter(io.RawIOBase):
     """Write-only, non-seekable file whose bytes become one S3 object on `close` (module docstring)."""
 
-    def __init__(self, store: Store, key: str, part_size: int, concurrency: int, audit: Audit | None = None) -> None:
+    def __init__(self, store: Store, key: str, part_size: int, concurrency: int, audit: Audit | None = None, *,
+                 scheme: str = "s3") -> None:
         super().__init__()
         self.store = store
         self.key = key
-        self.uri = f"s3://{store.bucket}/{key}"
+        self.uri = f"{scheme}://{store.bucket}/{key}"
         self.part_size = part_size
         self.concurrency = concurrency
         self._audit = audit
@@ -240,12 +245,13 @@ class S3CheckpointWriter(io.RawIOBase):
 class S3CheckpointReader(io.RawIOBase):
     """Read-only, seekable file over one S3 object, fetched by parallel ranged GETs (module docstring)."""
 
-    def __init__(self, store: Store, key: str, part_size: int, concurrency: int, audit: Audit | None = None) -> None:
+    def __init__(self, store: Store, key: str, part_size: int, concurrency: int, audit: Audit | None = None, *,
+                 scheme: str = "s3") -> None:
         super().__init__()
         self.store = store
         self.key = key
         self._audit = audit
-        self.uri = f"s3://{store.bucket}/{key}"
+        self.uri = f"{scheme}://{store.bucket}/{key}"
         try:
             head = store.head(key)
         except KeyError:

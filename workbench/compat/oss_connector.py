@@ -1,6 +1,16 @@
 """PyTorch datasets over S3 with the OSS connector's API: map and iterable datasets over any bucket.
 
-OSS connector style (any bucket, any keys; no workbench layout needed)::
+The connector's own names take its ``oss://bucket/key`` URIs (`endpoint`: any S3-compatible server)::
+
+    ds = OssMapDataset.from_prefix("oss://bucket/prefix/", endpoint=url, cred_path=creds, config_path=config)
+    ds = OssIterableDataset.from_objects(["oss://bucket/a.png", ...], endpoint=url, cred_path=creds)
+    ds = OssIterableDataset.from_manifest_file("manifest", parser, "oss://bucket/base/", endpoint=url)
+
+They are the classes below with ``oss://`` for ``s3://`` and ``''`` as the label of an object without one
+(the connector's labels are strings, so a DataLoader can collate them); `OssCheckpoint` is
+`workbench.checkpoints.s3`'s (the checkpoints layer, which this one may not import).
+
+OSS connector style with ``s3://`` URIs (any bucket, any keys; no workbench layout needed)::
 
     ds = ObjectMapDataset.from_prefix("s3://bucket/imagenet/train/", settings, transform=fn)
     ds = ObjectIterableDataset.from_objects(["s3://bucket/a.jpg", ...], settings)
@@ -22,10 +32,11 @@ OSS connector style (any bucket, any keys; no workbench layout needed)::
 OSS connector options (keyword arguments of every constructor): ``endpoint`` (an S3 endpoint URL used
 instead of the settings'), ``cred_path`` (the connector's JSON credential file: its keys replace the
 settings'), ``config_path`` (the connector's JSON config: ``datasetConfig.prefetchConcurrency`` is the
-default `prefetch_concurrency`, ``logLevel``/``logPath`` a log file for this module's logger, ``auditPath``
-an audit log with one line per GET). Parsing: `workbench.storage.oss_config`; applying:
-`workbench.storage.oss_access`. ``datasetConfig.prefetchWorker`` is read and kept (``prefetch_worker``) but
-changes nothing: GETs are I/O threads here, bounded by the prefetch concurrency alone.
+default `prefetch_concurrency`, ``datasetConfig.prefetchWorker`` the default `prefetch_worker`: that many
+prefetch threads share the GETs in flight, each keeping its part of them going (`oss_prefetch`), ``logLevel``/
+``logPath`` a log file for this module's logger, ``auditPath`` an audit log with one line per GET). Without a
+config file both take the connector's defaults (24 GETs, 2 workers). Parsing: `workbench.storage.oss_config`;
+applying: `workbench.storage.oss_access`.
 
 Connections are per process: each DataLoader worker makes its own client on first use (a forked copy
 of the parent's connection pool is never reused). Errors: a missing object raises WorkbenchError naming
@@ -41,26 +52,27 @@ import operator
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from torch.utils.data import Dataset, IterableDataset
 
+from workbench.compat.oss_prefetch import PrefetchWorkers
 from workbench.compat.resumable import ListReader, Order, Resumable, worker
-from workbench.concurrency import LazyPool, map_in_flight
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.s3_objects import default_manifest_parser
-from workbench.storage import Store, parse_s3_uri
+from workbench.storage import Store
 from workbench.storage.oss_access import OssAccess
+from workbench.storage.oss_config import DatasetConfig
+from workbench.storage.s3 import parse_object_uri, parse_s3_uri
 
-__all__ = ["ObjectItem", "ObjectIterableDataset", "ObjectMapDataset", "default_manifest_parser", "parse_s3_uri"]
+__all__ = ["ObjectItem", "ObjectIterableDataset", "ObjectMapDataset", "OssIterableDataset", "OssMapDataset",
+           "default_manifest_parser", "parse_s3_uri"]
 
 ManifestParser = Callable[[io.IOBase], Iterable[tuple[str, Any]]]
-DEFAULT_PREFETCH_CONCURRENCY = 24
 log = logging.getLogger(__name__)
 
 
@@ -72,10 +84,11 @@ class ObjectRef:
     key: str
     size: int | None = None
     label: Any = None
+    scheme: str = "s3"  # of the URIs its dataset takes, for messages
 
     @property
     def uri(self) -> str:
-        return f"s3://{self.bucket}/{self.key}"
+        return f"{self.scheme}://{self.bucket}/{self.key}"
 
 
 class ObjectItem:
@@ -85,20 +98,21 @@ class ObjectItem:
     (``read()`` all that is left, ``read(n)`` the next n bytes). Use as a context manager or `close` it.
     """
 
-    __slots__ = ("_buffer", "bucket", "key", "label", "metadata", "size")
+    __slots__ = ("_buffer", "bucket", "key", "label", "metadata", "scheme", "size")
 
     def __init__(self, bucket: str, key: str, data: bytes, label: Any = None,
-                 metadata: dict[str, str] | None = None) -> None:
+                 metadata: dict[str, str] | None = None, scheme: str = "s3") -> None:
         self.bucket = bucket
         self.key = key
         self.size = len(data)
         self.label = label
         self.metadata = metadata or {}
+        self.scheme = scheme
         self._buffer: io.BytesIO | None = io.BytesIO(data)
 
     @property
     def uri(self) -> str:
-        return f"s3://{self.bucket}/{self.key}"
+        return f"{self.scheme}://{self.bucket}/{self.key}"
 
     @property
     def id(self) -> str | None:
@@ -132,27 +146,34 @@ def _identity(item: ObjectItem) -> ObjectItem:
 
 
 class _Objects:
-    """What both OSS-style datasets share: the object list, per-process clients and a GET pool."""
+    """What both OSS-style datasets share: the object list, per-process clients and the prefetch workers."""
+
+    scheme: ClassVar[str] = "s3"  # of the URIs the constructors take
+    missing_label: ClassVar[Any] = None  # the label of an object listed or named without one
 
     def __init__(self, refs: Sequence[ObjectRef], settings: Settings | None = None,
                  transform: Callable[[ObjectItem], Any] | None = None, prefetch_concurrency: int | None = None,
                  via_proxy: bool = False, *, endpoint: str | None = None, cred_path: str | os.PathLike | None = None,
-                 config_path: str | os.PathLike | None = None, access: OssAccess | None = None) -> None:
+                 config_path: str | os.PathLike | None = None, access: OssAccess | None = None,
+                 prefetch_worker: int | None = None) -> None:
         self.settings = settings if settings is not None else Settings()
         self.access = access or OssAccess(self.settings, endpoint, cred_path, config_path, via_proxy)
-        config = self.access.config
+        defaults = self.access.config.dataset if self.access.config is not None else DatasetConfig()
         if prefetch_concurrency is None:
-            prefetch_concurrency = config.dataset.prefetch_concurrency if config else DEFAULT_PREFETCH_CONCURRENCY
-        if prefetch_concurrency < 1:
-            raise WorkbenchError(f"prefetch_concurrency must be >= 1, got {prefetch_concurrency}")
-        self.prefetch_worker = config.dataset.prefetch_worker if config else None
+            prefetch_concurrency = defaults.prefetch_concurrency
+        if prefetch_worker is None:
+            prefetch_worker = defaults.prefetch_worker
+        for name, value in (("prefetch_concurrency", prefetch_concurrency), ("prefetch_worker", prefetch_worker)):
+            if value < 1:
+                raise WorkbenchError(f"{name} must be >= 1, got {value}")
         self.refs: list[ObjectRef] = list(refs)
         self.transform = transform or _identity
         self.prefetch_concurrency = prefetch_concurrency
+        self.prefetch_worker = prefetch_worker  # as asked; at most prefetch_concurrency of them are used
         self.via_proxy = via_proxy
         self._reset()
-        log.info("%s of %d objects at %s, %d GETs in flight", type(self).__name__, len(self.refs), self.access.url,
-                 prefetch_concurrency)
+        log.info("%s of %d objects at %s, %d GETs in flight over %d prefetch workers", type(self).__name__,
+                 len(self.refs), self.access.url, prefetch_concurrency, self._prefetch.workers)
 
     # -------------------------------------------------------------------------------- construction
 
@@ -165,12 +186,12 @@ class _Objects:
         """Every object whose key starts with the URI's key (a raw S3 prefix: end it with '/' for a folder).
 
         One paginated LIST, here in the constructor. `key_filter(key)` keeps only matching keys (it is
-        used while listing and not kept, so a lambda is fine with spawned workers). Labels are None.
+        used while listing and not kept, so a lambda is fine with spawned workers). Labels: `missing_label`.
         """
         settings = settings if settings is not None else Settings()
         access = OssAccess(settings, endpoint, cred_path, config_path, via_proxy)
         access.attach_logs(log)
-        bucket, prefix = parse_s3_uri(uri)
+        bucket, prefix = parse_s3_uri(uri, cls.scheme)
         store = access.store(bucket, 8)
         refs = []
         with store.errors(f"listing {uri}"):
@@ -179,20 +200,19 @@ class _Objects:
                     key = obj["Key"]
                     if key.endswith("/") or (key_filter is not None and not key_filter(key)):
                         continue
-                    refs.append(ObjectRef(bucket, key, obj["Size"]))
+                    refs.append(ObjectRef(bucket, key, obj["Size"], cls.missing_label, cls.scheme))
         refs.sort(key=lambda r: r.key)
         return cls(refs, settings, transform, prefetch_concurrency, via_proxy=via_proxy, access=access, **options)
 
     @classmethod
     def from_objects(cls, uris: Iterable[str], settings: Settings | None = None, transform: Callable | None = None,
                      prefetch_concurrency: int | None = None, *, via_proxy: bool = False, **options: Any):
-        """Exactly these ``s3://bucket/key`` objects, in this order (no request is made here)."""
+        """Exactly these ``s3://bucket/key`` objects (``oss://`` for the Oss names), in this order (no request is
+        made here)."""
         refs = []
         for uri in uris:
-            bucket, key = parse_s3_uri(uri)
-            if not key or key.endswith("/"):
-                raise WorkbenchError(f"{uri!r} names no object (want s3://bucket/key)")
-            refs.append(ObjectRef(bucket, key))
+            bucket, key = parse_object_uri(uri, cls.scheme)
+            refs.append(ObjectRef(bucket, key, None, cls.missing_label, cls.scheme))
         return cls(refs, settings, transform, prefetch_concurrency, via_proxy=via_proxy, **options)
 
     @classmethod
@@ -211,11 +231,11 @@ class _Objects:
         access = OssAccess(settings, endpoint, cred_path, config_path, via_proxy)
         access.attach_logs(log)
         parser = manifest_parser or default_manifest_parser
-        base_bucket, base_key = parse_s3_uri(base_uri)
+        base_bucket, base_key = parse_s3_uri(base_uri, cls.scheme)
         base = base_key.rstrip("/")
         name = str(manifest_file)
-        if name.startswith("s3://"):
-            bucket, key = parse_s3_uri(name)
+        if "://" in name:  # a URI: of this dataset's scheme, or a one-line error saying which it wants
+            bucket, key = parse_object_uri(name, cls.scheme)
             store = access.store(bucket, 4)
             try:
                 data, _ = store.get(key)
@@ -231,7 +251,7 @@ class _Objects:
         refs = []
         try:
             for key, label in parser(reader):
-                refs.append(ObjectRef(base_bucket, f"{base}/{key}" if base else key, None, label))
+                refs.append(ObjectRef(base_bucket, f"{base}/{key}" if base else key, None, label, cls.scheme))
         except WorkbenchError:
             raise
         except (ValueError, TypeError, UnicodeDecodeError) as exc:
@@ -244,12 +264,13 @@ class _Objects:
         self._pid = os.getpid()
         self.access.attach_logs(log)  # again in each spawned DataLoader worker
         self._stores: dict[str, Store] = {}
-        self._pool = LazyPool(self.prefetch_concurrency, "s3-dataset-get")
+        self._prefetch: PrefetchWorkers[ObjectRef, ObjectItem] = PrefetchWorkers(
+            self.prefetch_worker, self.prefetch_concurrency, f"{self.scheme}-dataset-get")
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        for transient in ("_stores", "_pool", "_lock", "_pid"):
+        for transient in ("_stores", "_prefetch", "_lock", "_pid"):
             state.pop(transient, None)
         return state
 
@@ -269,10 +290,6 @@ class _Objects:
                 store = self._stores[bucket] = self.access.store(bucket, self.prefetch_concurrency + 4)
             return store
 
-    def _executor(self) -> ThreadPoolExecutor:
-        self._check_process()
-        return self._pool.get()
-
     def fetch(self, ref: ObjectRef) -> ObjectItem:
         """One GET: the object as an ObjectItem (missing object or bucket: WorkbenchError naming it)."""
         store = self._store_for(ref.bucket)
@@ -283,7 +300,7 @@ class _Objects:
             raise WorkbenchError(f"object {ref.uri} does not exist") from None
         self.access.audit("GET", ref.bucket, ref.key, len(data))
         log.debug("GET %s: %d bytes", ref.uri, len(data))
-        return ObjectItem(ref.bucket, ref.key, data, ref.label, meta)
+        return ObjectItem(ref.bucket, ref.key, data, ref.label, meta, ref.scheme)
 
     def _apply(self, item: ObjectItem) -> Any:
         result = self.transform(item)
@@ -291,11 +308,13 @@ class _Objects:
             item.close()
         return result
 
-    def _fetch_many(self, refs: Iterable[ObjectRef]) -> Iterator[ObjectItem]:
-        yield from map_in_flight(refs, self.fetch, self._executor(), self.prefetch_concurrency)
+    def _fetch_many(self, refs: Sequence[ObjectRef]) -> Iterator[ObjectItem]:
+        """`fetch` of each ref, in order, by the prefetch workers (`oss_prefetch`)."""
+        self._check_process()
+        yield from self._prefetch.map(refs, self.fetch)
 
     def close(self) -> None:
-        self._pool.close()
+        self._prefetch.close()
 
 
 class ObjectMapDataset(_Objects, Dataset):
@@ -385,3 +404,17 @@ class _NamedBytesIO(io.BytesIO):
         super().__init__(data)
         self.name = name
 
+
+
+class OssMapDataset(ObjectMapDataset):
+    """The OSS connector's OssMapDataset: `ObjectMapDataset` over ``oss://bucket/key`` URIs, labels '' if none."""
+
+    scheme = "oss"
+    missing_label = ""
+
+
+class OssIterableDataset(ObjectIterableDataset):
+    """The OSS connector's OssIterableDataset: `ObjectIterableDataset` over ``oss://`` URIs, labels '' if none."""
+
+    scheme = "oss"
+    missing_label = ""

@@ -114,13 +114,25 @@ class _S3TLSErrors:
             raise self.https_only()
 
 
-def parse_s3_uri(uri: str) -> tuple[str, str]:
-    """``s3://bucket/some/key`` -> (bucket, "some/key"); the key may be empty (a whole bucket)."""
-    if not isinstance(uri, str) or not uri.startswith("s3://"):
-        raise WorkbenchError(f"not an s3:// URI: {uri!r} (want s3://bucket/key)")
-    bucket, _, key = uri[5:].partition("/")
+def parse_s3_uri(uri: str, scheme: str = "s3") -> tuple[str, str]:
+    """``s3://bucket/some/key`` -> (bucket, "some/key"); the key may be empty (a whole bucket).
+
+    `scheme` is the one an API's users write for these buckets (the OSS connector's names take ``oss://``).
+    """
+    start = f"{scheme}://"
+    if not isinstance(uri, str) or not uri.startswith(start):
+        raise WorkbenchError(f"not an {start} URI: {uri!r} (want {start}bucket/key)")
+    bucket, _, key = uri[len(start):].partition("/")
     if not bucket:
-        raise WorkbenchError(f"S3 URI {uri!r} has no bucket (want s3://bucket/key)")
+        raise WorkbenchError(f"{scheme.upper()} URI {uri!r} has no bucket (want {start}bucket/key)")
+    return bucket, key
+
+
+def parse_object_uri(uri: str, scheme: str = "s3") -> tuple[str, str]:
+    """`parse_s3_uri` of a URI that names one object: no key, or a key ending in '/', is a WorkbenchError."""
+    bucket, key = parse_s3_uri(uri, scheme)
+    if not key or key.endswith("/"):
+        raise WorkbenchError(f"{uri!r} names no object (want {scheme}://bucket/key)")
     return bucket, key
 
 

@@ -7,7 +7,7 @@ EXTRAS ?= triton,torch,tf,dali,bench,peers,lightning,spark,dev
 NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock native/pyproject.toml $(wildcard native/src/*.rs)
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(NATIVE_SOURCES) | sha1sum | cut -c1-10)-$(subst $(comma),_,$(EXTRAS))
 
-.PHONY: system-packages venv stack-up test-cluster stack-down stack-status demo test unit lint sweep notebooks lab fuzz
+.PHONY: system-packages test-tools venv stack-up test-cluster stack-down stack-status demo test unit lint sweep notebooks lab fuzz
 
 venv: $(STAMP)
 
@@ -21,16 +21,25 @@ $(STAMP): pyproject.toml $(NATIVE_SOURCES)
 	else echo "cargo not found: workbench_native not built, the s3-objects, s3-shards and fs loaders use their slower paths"; fi
 	rm -f $(VENV)/.installed-* && touch $@
 
-# Debian packages some tests drive: chromium (the report pages in a real browser) and Open MPI (mpirun-launched
-# client ranks). apt needs root; without it those tests skip and say why.
-SYSTEM_PACKAGES := chromium:chromium openmpi-bin:mpirun
+# Debian packages some tests drive: chromium (the report pages in a real browser), Open MPI (mpirun-launched client
+# ranks) and iproute2 (ip for network namespaces, ss for listening sockets). apt needs root; without it, or when apt
+# fails, this target fails naming what is missing: a test suite that skips for a missing tool proves nothing.
+SYSTEM_PACKAGES := chromium:chromium openmpi-bin:mpirun iproute2:ss
 system-packages:
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do command -v $${pair#*:} >/dev/null || missing="$$missing $${pair%%:*}"; done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; } \
-			|| echo "apt-get could not install$$missing: the tests that need them will skip"; \
-	else echo "not installed (needs root and apt):$$missing: the tests that need them will skip"; fi
+			|| { echo "apt-get could not install$$missing: run 'apt-get install -y$$missing' as root"; exit 1; }; \
+	else echo "missing Debian packages$$missing: run 'apt-get install -y$$missing' as root"; exit 1; fi
+
+# The tools the suite drives beyond the venv: workbench_native (needs cargo) and Triton's perf_analyzer (unpacked
+# into the venv from tritonclient's wheel). Each missing one fails here with the command that installs it.
+test-tools: venv system-packages
+	@$(BIN)/python -c "import workbench_native" 2>/dev/null \
+		|| { echo "workbench_native is not built: install Rust's cargo (https://rustup.rs or apt-get install cargo), then make venv"; exit 1; }
+	@$(BIN)/python -c "from workbench.bench.perf_analyzer import find_perf_analyzer; find_perf_analyzer()" 2>/dev/null \
+		|| $(BIN)/workbench inference perf-install
 
 stack-up: venv
 	$(BIN)/workbench stack up
@@ -73,13 +82,13 @@ fuzz: venv
 	$(BIN)/python fuzz/run.py --seconds $(FUZZ_SECONDS)
 
 # Everything but the multi-node clusters (each starts servers of its own: about 20 minutes on 2 cores).
-test: stack-up system-packages
+test: stack-up test-tools
 	$(BIN)/python -m pytest -m "not cluster" --durations=25
 
-test-cluster: stack-up system-packages
+test-cluster: stack-up test-tools
 	$(BIN)/python -m pytest -m cluster --durations=10
 
-unit: venv system-packages
+unit: venv test-tools
 	$(BIN)/python -m pytest -m "not services and not gpu"
 
 # ruff, and the layers and no-import-circle contracts of pyproject.toml ([tool.importlinter]).

@@ -14,6 +14,9 @@ import pytest
 
 from workbench.config import Settings, ensure_credentials
 
+# CI=true turns a skip into a failure (tests/skip_policy.py)
+pytest_plugins = ["skip_policy"]
+
 
 def _has_gpu() -> bool:
     if shutil.which("nvidia-smi") is None:

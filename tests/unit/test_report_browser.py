@@ -1,6 +1,6 @@
 """The pages work in a real browser: headless Chromium opens report.html pages and results/index.html, every image
-decodes (naturalWidth > 0) and every local link resolves. Chromium is Debian's `chromium` package (`make browser`
-installs it; no browser is downloaded), driven by Playwright."""
+decodes (naturalWidth > 0) and every local link resolves. Chromium is Debian's `chromium` package (`make
+system-packages` installs it; no browser is downloaded), driven by Playwright."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from workbench.report import build_index, build_report, compare_runs, write_comp
 pytestmark = pytest.mark.slow
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra: pip install -e .[dev])")
 if chromium_path() is None:
-    pytest.skip("chromium is not installed: `make browser` installs Debian's chromium (needs root: apt-get install "
-                "chromium)", allow_module_level=True)
+    pytest.skip("chromium is not installed: `make system-packages` installs Debian's chromium (needs root: apt-get "
+                "install chromium)", allow_module_level=True)
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -228,5 +229,5 @@ def test_stop_kills_rank_pids_outside_the_launchers_group():
     rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     stop(launcher, [rank.pid])
-    assert launcher.poll() is not None
-    assert rank.wait(5) is not None
+    assert launcher.poll() == -signal.SIGTERM  # its group got SIGTERM, and it was gone within the grace period
+    assert rank.wait(5) == -signal.SIGKILL  # the rank in a session of its own was killed by pid

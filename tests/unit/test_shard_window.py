@@ -115,7 +115,8 @@ def test_the_extra_follows_a_narrowed_budget_window_and_survives_pickling():
 
 
 def test_no_round_trip_measured_is_the_budgets_window_alone():
-    assert isinstance(shard_window("auto", shards(11 * MB), readers=1, round_trip_s=0.0), AutoWindow)
+    window = shard_window("auto", shards(11 * MB), readers=1, round_trip_s=0.0)
+    assert type(window) is AutoWindow and window.depth == window.cap == READ_BUDGET // (11 * MB)  # no extra on top
 
 
 def test_the_config_takes_auto_or_a_number_and_refuses_zero():

@@ -7,7 +7,7 @@ EXTRAS ?= triton,torch,tf,dali,bench,peers,lightning,spark,dev
 NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock native/pyproject.toml $(wildcard native/src/*.rs)
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(NATIVE_SOURCES) | sha1sum | cut -c1-10)-$(subst $(comma),_,$(EXTRAS))
 
-.PHONY: system-packages test-tools venv stack-up test-cluster stack-down stack-status demo test unit lint sweep notebooks lab fuzz
+.PHONY: system-packages test-tools venv stack-up test-cluster stack-down stack-status demo test unit lint sweep notebooks lab fuzz mutation
 
 venv: $(STAMP)
 
@@ -80,6 +80,14 @@ FUZZ_SECONDS ?= 60
 fuzz: venv
 	$(BIN)/python -c "import atheris" 2>/dev/null || $(BIN)/python -m pip install -q -e '.[fuzz]'
 	$(BIN)/python fuzz/run.py --seconds $(FUZZ_SECONDS)
+
+# Mutation testing (mutmut) of the pure-logic core, each module against the unit tests that cover it, one mutant
+# at a time at low priority (a shared machine): a table of mutants, killed, survived, score per module. Each module
+# runs in a temporary copy of the tree; the sources are never mutated. Results: tests/mutation/RESULTS.md.
+MUTATION_ARGS ?=
+mutation: venv
+	$(BIN)/python -c "import mutmut" 2>/dev/null || $(BIN)/python -m pip install -q -e '.[mutation]'
+	nice -n 10 $(BIN)/python tests/mutation/run.py --jobs 1 $(MUTATION_ARGS)
 
 # Everything but the multi-node clusters (each starts servers of its own: about 20 minutes on 2 cores).
 test: stack-up test-tools

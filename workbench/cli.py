@@ -316,6 +316,24 @@ def bench_ingest_command(
     console.print(f"results: {results_dir}")
 
 
+@bench_app.command("ingest-cortx")
+def bench_ingest_cortx_command(
+    workers: Annotated[list[int] | None, typer.Option("--workers", "-w", min=1, help="repeatable; 1 is always "
+                                                      "run too, as the baseline; default: 1 and 2")] = None,
+    count: Annotated[int, typer.Option(min=1, help="noise images")] = 2000,
+    side: Annotated[int, typer.Option(min=1, help="image width and height, pixels")] = 96,
+    repeats: Annotated[int, typer.Option(min=1, help="runs of every worker count, interleaved")] = 3,
+    results_dir: Annotated[Path, typer.Option()] = RUNS / "bench-ingest",
+) -> None:
+    """cortx's upload_cv_dataset into MinIO with 1 and N encoding workers, same run: median seconds and ratio."""
+    from workbench.bench.cortx_upload import bench_cortx_upload
+    from workbench.bench.cortx_upload import table_lines as cortx_lines
+
+    rows = bench_cortx_upload(get_settings(), count, side, workers or [1, 2], repeats, results_dir)
+    console.print("\n".join(cortx_lines(rows)), highlight=False)
+    console.print(f"results: {results_dir}")
+
+
 @bench_app.command("loaders")
 def bench_loaders_command(
     loader: Annotated[list[str] | None, typer.Option("--loader", "-l", help="repeatable; default: all here")] = None,

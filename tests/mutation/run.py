@@ -138,6 +138,7 @@ class Row:
     mutants: int
     killed: int
     unjudged: int = 0
+    timeouts: int = 0  # of the killed: stopped by the time limit (a loop, or a machine too loaded)
 
     @property
     def survived(self) -> int:
@@ -152,7 +153,8 @@ class Row:
 def tally(module: str, statuses: dict[str, str], spec: ModuleSpec) -> Row:
     """The table row of `module` from every mutant's status, counting only the mutants in its scope."""
     mine = [s for n, s in statuses.items() if in_scope(n, spec)]
-    return Row(module, len(mine), sum(s in KILLED for s in mine), sum(s in UNJUDGED for s in mine))
+    return Row(module, len(mine), sum(s in KILLED for s in mine), sum(s in UNJUDGED for s in mine),
+               sum(s == "timeout" for s in mine))
 
 
 def survivors(statuses: dict[str, str], spec: ModuleSpec) -> list[str]:
@@ -162,13 +164,13 @@ def survivors(statuses: dict[str, str], spec: ModuleSpec) -> list[str]:
 
 def format_table(rows: list[Row]) -> str:
     """The table `make mutation` prints (a Markdown table, so RESULTS.md can take it as is)."""
-    lines = ["| module | mutants | killed | survived | score |", "| --- | ---: | ---: | ---: | ---: |"]
+    lines = ["| module | mutants | killed | survived | score | timeouts |", "| --- |" + " ---: |" * 5]
     for r in rows:
-        lines.append(f"| {r.module} | {r.mutants} | {r.killed} | {r.survived} | {r.score:.1f}% |")
+        lines.append(f"| {r.module} | {r.mutants} | {r.killed} | {r.survived} | {r.score:.1f}% | {r.timeouts} |")
     return "\n".join(lines)
 
 
-def mutmut_section(spec: ModuleSpec) -> str:
+def mutmut_section(spec: ModuleSpec, also_copy: list[str] = ()) -> str:
     """The `[tool.mutmut]` section (TOML) for one module: mutate only its file, run only its tests."""
     settings = {
         "source_paths": ["workbench"],
@@ -176,6 +178,11 @@ def mutmut_section(spec: ModuleSpec) -> str:
         "pytest_add_cli_args_test_selection": list(spec.tests),
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-m", "not services and not gpu and not cluster"],
         "use_git_change_detection": False,
+        "also_copy": list(also_copy),
+        # a mutant that loops (the simulated-time tests) is stopped after 5 x (its tests' time + 3 s) of wall time
+        # (mutmut's default: 15 x): enough for a loaded shared machine, short for a loop
+        "timeout_multiplier": 5.0,
+        "timeout_constant": 3.0,
     }
     return "\n[tool.mutmut]\n" + "".join(f"{k} = {json.dumps(v, ensure_ascii=False)}\n" for k, v in settings.items())
 
@@ -183,15 +190,30 @@ def mutmut_section(spec: ModuleSpec) -> str:
 # ------------------------------------------------------------------------------------------------ running
 
 
+def _tree_files() -> list[str]:
+    """The checkout's files (tracked, and untracked ones git does not ignore), less the services tests: what
+    the unit tests may read (notebooks/sweeps, fixtures...). Without git: workbench/, tests/, pyproject.toml."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
+                                check=True).stdout.decode().split("\0")
+    except (OSError, subprocess.CalledProcessError):
+        listed = [str(p.relative_to(ROOT)) for d in ("workbench", "tests") for p in (ROOT / d).rglob("*.py")]
+        listed.append("pyproject.toml")
+    return sorted(f for f in listed if f and not f.startswith(("tests/services/", "tests/mutation/"))
+                  and "__pycache__" not in f and (ROOT / f).is_file())
+
+
 def _copy_tree(workdir: Path, spec: ModuleSpec) -> None:
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
-    shutil.copytree(ROOT / "workbench", workdir / "workbench", ignore=ignore)
-    shutil.copytree(ROOT / "tests", workdir / "tests", ignore=shutil.ignore_patterns(
-        "__pycache__", "*.pyc", ".hypothesis", "services", "mutation"))
+    files = _tree_files()
+    for f in files:
+        (workdir / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / f, workdir / f)
     pyproject = (ROOT / "pyproject.toml").read_text()
     if "[tool.mutmut]" in pyproject:
         raise SystemExit("pyproject.toml has a [tool.mutmut] section: remove it, tests/mutation/run.py writes its own")
-    (workdir / "pyproject.toml").write_text(pyproject + mutmut_section(spec))
+    # mutmut copies the sources and tests/ into mutants/ itself; the rest it is told to (also_copy)
+    others = sorted({f.split("/", 1)[0] for f in files} - {"workbench", "tests"})
+    (workdir / "pyproject.toml").write_text(pyproject + mutmut_section(spec, others))
 
 
 def run_module(name: str, spec: ModuleSpec, jobs: int, keep: bool, log_dir: Path) -> tuple[Row, list[str]]:

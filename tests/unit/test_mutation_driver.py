@@ -39,7 +39,7 @@ def test_results_lines_become_name_to_status_and_nothing_else():
 
 def test_a_row_counts_killed_and_timeouts_as_caught_and_leaves_unjudged_out_of_the_score():
     row = run.tally("loaders.order", run.parse_results(RESULTS), run.MODULES["loaders.order"])
-    assert (row.mutants, row.killed, row.unjudged, row.survived) == (5, 2, 1, 2)
+    assert (row.mutants, row.killed, row.unjudged, row.survived, row.timeouts) == (5, 2, 1, 2, 1)
     assert row.score == pytest.approx(50.0)
     assert run.Row("m", 0, 0).score == 0.0
 
@@ -54,10 +54,10 @@ def test_a_scoped_module_counts_only_the_functions_in_its_scope():
 
 
 def test_the_table_has_one_row_per_module_with_its_score():
-    table = run.format_table([run.Row("data.splits", 310, 291), run.Row("bench.points", 21, 21)])
+    table = run.format_table([run.Row("data.splits", 310, 291), run.Row("bench.points", 21, 21, timeouts=2)])
     lines = table.splitlines()
-    assert lines[0] == "| module | mutants | killed | survived | score |"
-    assert lines[2:] == ["| data.splits | 310 | 291 | 19 | 93.9% |", "| bench.points | 21 | 21 | 0 | 100.0% |"]
+    assert lines[0] == "| module | mutants | killed | survived | score | timeouts |"
+    assert lines[2:] == ["| data.splits | 310 | 291 | 19 | 93.9% | 0 |", "| bench.points | 21 | 21 | 0 | 100.0% | 2 |"]
 
 
 def test_every_module_maps_to_its_source_and_existing_unit_tests():

@@ -99,8 +99,10 @@ test-cluster: stack-up test-tools
 unit: venv test-tools
 	$(BIN)/python -m pytest -m "not services and not gpu"
 
-# ruff, and the layers and no-import-circle contracts of pyproject.toml ([tool.importlinter]).
+# ruff, the layers and no-import-circle contracts of pyproject.toml ([tool.importlinter]), the notebooks' sync,
+# and how many committed results measure older code (report/staleness.py).
 lint: venv
 	$(BIN)/ruff check workbench tests pipelines notebooks fuzz
 	$(BIN)/lint-imports
 	$(BIN)/python notebooks/sync.py --check
+	@$(BIN)/workbench results stale  # a warning, never a failure: regenerating takes hours

@@ -2,6 +2,7 @@
 
     workbench results index                       # -> results/index.html
     workbench results compare RUN_A RUN_B         # -> RUN_B/repeatability/repeatability.{html,csv}
+    workbench results stale                       # which committed results measure older code
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from rich.console import Console
 
 from workbench.report import build_index, compare_runs, write_comparison
 from workbench.report.repeat import TOLERANCE
+from workbench.report.staleness import stale_results
 
 app = typer.Typer(help="results/index.html, and repeatability of two runs of one study", no_args_is_help=True)
 console = Console()
@@ -41,3 +43,16 @@ def compare_command(
     csv, page = write_comparison(comparison, out or Path(second) / "repeatability")
     console.print(comparison.summary())
     console.print(f"repeatability: {page} ({csv.name})")
+
+
+@app.command("stale")
+def stale_command(
+    root: Annotated[Path, typer.Option(help="the results folder (studies/, gpu/, ...)")] = Path("results"),
+) -> None:
+    """Each committed result whose measured code changed since it was made, and how many there are (a warning:
+    regenerating takes hours, so this never fails)."""
+    stale = stale_results(root, root)
+    for standing in stale:
+        console.print(f"stale: {standing.folder}: {standing.describe()}", highlight=False, soft_wrap=True)
+    console.print(f"{len(stale)} committed result folder{'s' if len(stale) != 1 else ''} under {root} "
+                  f"{'measure' if len(stale) != 1 else 'measures'} older code", highlight=False)

@@ -23,6 +23,7 @@ from workbench.report import link_fill, scaling
 from workbench.report.data import Context, is_local_backend, load
 from workbench.report.html import fmt, page_head
 from workbench.report.plots import TARGET_AU, largest_n, measured_au_rows
+from workbench.report.staleness import staleness
 from workbench.results import RUNS, write_atomically
 
 STUDIES = "studies"
@@ -43,6 +44,8 @@ class Entry:
     headline: str = ""
     links: list[tuple[str, str]] = field(default_factory=list)  # (text, relative href)
     warning: str = ""
+    standing: str = ""  # the commit it was made on, and whether its code changed since (report/staleness.py)
+    stale: bool = False
 
 
 def _href(path: Path, root: Path) -> str:
@@ -150,6 +153,9 @@ def entries(root: Path) -> tuple[list[Entry], list[Entry], list[Entry]]:
     gpu = [folder_entry(root / GPU, root, what.get(GPU, ""))] if (root / GPU).is_dir() else []
     others = [folder_entry(f, root, what.get(f.name, "")) for f in sorted(root.iterdir())
               if f.is_dir() and f.name not in NOT_LISTED | {GPU} and not f.name.startswith((".", "_"))]
+    for entry, folder in [*((e, studies_dir / e.name) for e in studies), *((e, root / e.name) for e in gpu + others)]:
+        standing = staleness(folder, root)
+        entry.standing, entry.stale = standing.describe(), standing.stale
     return studies, gpu, others
 
 
@@ -160,6 +166,8 @@ def _render_entry(entry: Entry, files: bool) -> str:
         parts.append(f"<p>{escape(entry.sentence)}</p>")
     if entry.headline:
         parts.append(f'<p class="headline">{escape(entry.headline)}</p>')
+    if entry.standing:
+        parts.append(f'<p class="{"failed" if entry.stale else "caption"}">{escape(entry.standing)}</p>')
     if entry.warning:
         parts.append(f'<p class="failed">{escape(entry.warning)}</p>')
     if entry.links:

@@ -59,7 +59,7 @@ JOURNAL_BATCH = 1000  # journal lines per part written while ingesting
 def object_key(sample: Sample) -> str:
     """``<split>/<class>/<basename>``: the sample's name under its split ("unlabelled/" for flat names)."""
     name = sample.name
-    parts = PurePosixPath(name).parts
+    parts = name.split("/")  # as given: PurePosixPath would drop '.' components ("a/./x.jpg" -> a, x.jpg)
     if (not name or name.startswith("/") or any(p in (".", "..") for p in parts) or "//" in name
             or name.endswith(("/", SIDECAR)) or "\x00" in name):
         raise WorkbenchError(

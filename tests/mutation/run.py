@@ -217,14 +217,17 @@ def _copy_tree(workdir: Path, spec: ModuleSpec) -> None:
 
 
 def run_module(name: str, spec: ModuleSpec, jobs: int, keep: bool, log_dir: Path,
-               baseline: bool = False) -> tuple[Row, list[str]]:
+               baseline: bool = False, only: tuple[str, ...] = ()) -> tuple[Row, list[str]]:
     """Run mutmut on one module in a temporary copy of the tree; its row and its survivors. `baseline`: against
-    the module's unit tests less those written against its survivors (the score they started from)."""
+    the module's unit tests less those written against its survivors (the score they started from). `only`:
+    just these mutants (names or patterns; e.g. a baseline's survivors, to see which the new tests kill)."""
     missing = [t for t in (spec.path, *spec.tests) if not (ROOT / t).exists() and not is_mutants_file(t)]
     if missing:
         raise SystemExit(f"module {name}: {', '.join(missing)} not found (fix MODULES in tests/mutation/run.py)")
     spec = dataclasses.replace(spec, tests=tuple(t for t in spec.tests if (ROOT / t).exists()
                                                  and not (baseline and is_mutants_file(t))))
+    if only:
+        spec = dataclasses.replace(spec, scope=tuple(n.removeprefix(spec.dotted + ".") for n in only))
     workdir = Path(tempfile.mkdtemp(prefix=f"wb-mutation-{name}-"))
     log = log_dir / f"{name}.log"
     try:
@@ -255,12 +258,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep each module's temporary folder")
     parser.add_argument("--baseline", action="store_true",
                         help="leave out the tests/unit/test_*_mutants.py files: the score before them")
+    parser.add_argument("--only", nargs="+", default=(), metavar="MUTANT",
+                        help="run just these mutants (full names or patterns) of the one --module given")
     parser.add_argument("--survivors", action="store_true", help="list the mutants no test caught")
     parser.add_argument("--fail-under", type=float, default=0.0, help="exit 1 when a module scores less (percent)")
     parser.add_argument("--log-dir", type=Path, default=Path(tempfile.gettempdir()) / "wb-mutation-logs")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: give 1 or more")
+    if args.only and len(args.module or ()) != 1:
+        parser.error("--only needs exactly one --module")
     try:
         import mutmut  # noqa: F401
     except ImportError:
@@ -268,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     args.log_dir.mkdir(parents=True, exist_ok=True)
     rows, failed = [], False
     for name in args.module or list(MODULES):
-        row, left = run_module(name, MODULES[name], args.jobs, args.keep, args.log_dir, args.baseline)
+        row, left = run_module(name, MODULES[name], args.jobs, args.keep, args.log_dir, args.baseline,
+                               tuple(args.only))
         rows.append(row)
         print(f"{name}: {row.killed}/{row.mutants} killed ({row.score:.1f}%), log {args.log_dir / (name + '.log')}",
               file=sys.stderr, flush=True)

@@ -88,3 +88,9 @@ def test_the_mutmut_section_mutates_one_file_against_its_tests():
     assert section["pytest_add_cli_args_test_selection"] == list(spec.tests)
     assert section["source_paths"] == ["workbench"]
     assert section["use_git_change_detection"] is False
+
+
+def test_only_the_files_of_tests_against_survivors_may_be_missing():
+    assert run.is_mutants_file("tests/unit/test_data_splits_mutants.py")
+    assert not run.is_mutants_file("tests/unit/test_splits.py")
+    assert not run.is_mutants_file("tests/services/test_x_mutants.py")

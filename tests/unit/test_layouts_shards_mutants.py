@@ -1,0 +1,87 @@
+"""The shard layout's index and slicing (workbench.layouts.shards): edges that mutation testing found unasserted
+(tests/mutation). Which keys belong to the layout, what a listing says, the shard numbers reserved for
+partitioned writers, and the errors a sample or an index gives (each names what is wrong)."""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench.data import Item
+from workbench.errors import WorkbenchError
+from workbench.layouts.shards import PARTITION_BLOCK, ShardSet, _shown, is_shard_key, read_split_index, sample_item
+from workbench.storage import DirStore
+
+
+@pytest.mark.parametrize("key,mine", [
+    ("train/shard-000000.tar", True), ("train/shard-1234567.tar", True), ("train/index.json", True),
+    ("train/ids/shard-000003.json", True), ("train/shard-00001.tar", False), ("train/shard-000000.tar.tmp", False),
+    ("shard-000000.tar", False), ("a/b/shard-000000.tar", False), ("train/ids/shard-000003.tar", False),
+    ("train/x/shard-000003.json", False), ("train/ids/index.json", False), ("train/c/x.jpg", False),
+    ("train/manifest.txt", False), ("train/ids/shard-000003.json/x", False),
+])
+def test_shard_keys_are_tars_indexes_and_records_of_a_split(key, mine):
+    assert is_shard_key(key) is mine
+
+
+def _shard_set(tmp_path, keys: dict[str, bytes]) -> ShardSet:
+    store = DirStore(tmp_path)
+    for key, data in keys.items():
+        store.put(key, data)
+    return ShardSet(store, 1e8, 4, 1, "int")
+
+
+def test_a_listing_finds_each_splits_tars_records_and_index(tmp_path):
+    shards = _shard_set(tmp_path, {"train/shard-000000.tar": b"abc", "train/shard-000002.tar": b"de",
+                                   "train/ids/shard-000002.json": b"{}", "val/index.json": b"[]",
+                                   "test/ids/shard-000007.json": b"{}", "train/c/x.jpg": b"x"})
+    listing = shards._listing()
+    assert listing.tars == {"train": {0: 3, 2: 2}}
+    assert listing.records == {"train": {2}, "test": {7}}
+    assert listing.indexes == {"val"}
+    assert listing.splits == shards.splits() == ["test", "train", "val"]
+
+
+def test_free_blocks_start_after_every_shard_and_record_of_any_split(tmp_path):
+    shards = _shard_set(tmp_path, {"train/shard-000004.tar": b"a", "val/ids/shard-000009.json": b"{}"})
+    assert shards.free_blocks(3) == [range(10 + p * PARTITION_BLOCK, 10 + (p + 1) * PARTITION_BLOCK) for p in range(3)]
+    assert _shard_set(tmp_path / "empty", {}).free_blocks(1) == [range(0, PARTITION_BLOCK)]
+    assert shards.free_blocks(0) == []
+
+
+def test_a_split_without_an_index_says_how_to_make_one(tmp_path):
+    store = DirStore(tmp_path)
+    with pytest.raises(WorkbenchError) as info:
+        read_split_index(store, "train", "digits")
+    message = str(info.value)
+    assert message.startswith(f"no shard index at {store.where}/train/index.json: dataset 'digits' split 'train'")
+    assert "--backend s3-shards" in message and "bucket/prefix/root" in message
+    store.put("train/index.json", b"not json")
+    with pytest.raises(WorkbenchError, match=rf"^{store.where}/train/index.json: "):
+        read_split_index(store, "train", "digits")
+
+
+def test_a_sample_item_takes_its_key_image_and_label_by_type():
+    entries = {"__key__": "s1", "__url__": "u", "jpg": b"img", "cls": b"3", "uid": b"k-1"}
+    assert sample_item(entries, "int") == Item("k-1", 3, b"img")
+    assert sample_item(entries, "none") == Item("k-1", None, b"img")
+    assert sample_item({**entries, "uid": "k-2"}, "int").key == "k-2"  # already text
+
+
+@pytest.mark.parametrize("entries,message", [
+    ({"__key__": "s1", "__url__": "u.tar", "jpg": b"i"}, "sample s1 in u.tar has no 'uid' entry: not a workbench"),
+    ({"__key__": "s1", "jpg": b"i"}, "sample s1 in a shard has no 'uid' entry"),
+    ({"__key__": "s1", "__url__": "u", "jpg": b"i", "uid": b"\xff"}, "sample s1 in u: its 'uid' entry is not UTF-8"),
+    ({"__key__": "s1", "__url__": "u", "uid": b"k"}, "sample k in u has no image entry"),
+    ({"__key__": "s1", "__url__": "u", "sum": b"x", "uid": b"k"}, "sample k in u has no image entry"),
+    ({"__key__": "a\nb", "__url__": "u", "jpg": b"i"}, "sample 'a\\nb' in u has no 'uid' entry"),
+])
+def test_a_bad_sample_is_one_line_naming_it_and_its_shard(entries, message):
+    with pytest.raises(WorkbenchError) as info:
+        sample_item(entries, "none")
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_names_are_shown_as_is_unless_they_hold_unprintable_characters():
+    assert _shown("shard-1") == "shard-1"
+    assert _shown("a\nb") == "'a\\nb'"
+    assert _shown(None) == "None"

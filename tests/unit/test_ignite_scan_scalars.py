@@ -7,7 +7,8 @@ import struct
 
 import pytest
 
-from workbench.clients.ignite import UnusualScan, _answer_start, _scan_page
+from workbench.clients.ignite import UnusualScan
+from workbench.clients.ignite.scans import _answer_start, _scan_page
 
 
 def _string(text: str) -> bytes:

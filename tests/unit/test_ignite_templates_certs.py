@@ -12,11 +12,11 @@ from workbench.backends.ignite import IgniteBackend, IgniteOptions
 from workbench.clients.ignite import (
     PARTITION_TEMPLATES,
     Endpoint,
-    _ignite_connect_error,
     ignite_options,
     partition_template,
     settings_endpoint,
 )
+from workbench.clients.ignite.diagnose import _ignite_connect_error
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.stack.ignite import Ignite, ignite_xml

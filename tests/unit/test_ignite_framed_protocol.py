@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import random
 import struct
 
 import pytest
 
 from workbench.clients.ignite import framed_protocol
+from workbench.errors import WorkbenchError
 
 
 class Connection:
@@ -91,3 +93,75 @@ def test_installed_once_and_only_into_the_protocol_it_knows(monkeypatch, caplog)
     monkeypatch.setattr(aio_connection, "BaseProtocol", Changed)
     use_framed_protocol()
     assert aio_connection.BaseProtocol is Changed and "has changed" in caplog.text
+
+
+class HandshakingConnection(Connection):
+    """A connection whose first answer is the handshake: parsed with the client's protocol version."""
+
+    def __init__(self) -> None:
+        from pyignite.connection.protocol_context import ProtocolContext
+
+        super().__init__()
+        self.client = type("Client", (), {"protocol_context": ProtocolContext((1, 2, 0)), "compact_footer": True})()
+
+
+def _string(text: str) -> bytes:
+    return bytes([9]) + struct.pack("<i", len(text)) + text.encode()
+
+
+def test_the_first_answer_is_the_handshake_parsed_by_pyignite_and_the_rest_go_to_their_requests():
+    loop = asyncio.new_event_loop()
+    try:
+        handshake = loop.create_future()
+        conn = HandshakingConnection()
+        proto = framed_protocol()(conn, handshake)
+        refused = struct.pack("<bhhh", 0, 1, 7, 0) + _string("unsupported version") + struct.pack("<i", 0)
+        later = answer(5, b"page")
+        feed(proto, struct.pack("<i", len(refused)) + refused + later, [3])
+        result = handshake.result()
+        assert (result.op_code, result.version_major, result.version_minor, result.message) == \
+            (0, 1, 7, "unsupported version")
+        assert conn.answers == [later]
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("version", ["0.6.0", "0.6.1", "0.6.12", "0.6.2rc1"])
+def test_the_pyignite_versions_it_was_written_for_are_accepted(version):
+    from workbench.clients.ignite.framing import check_pyignite_version
+
+    check_pyignite_version(version)
+
+
+@pytest.mark.parametrize("version", ["0.5.2", "0.7.0", "0.7.0rc1", "1.0", "unknown", ""])
+def test_another_pyignite_version_is_one_line_naming_it_the_tested_range_and_the_fix(version):
+    from workbench.clients.ignite.framing import check_pyignite_version
+
+    with pytest.raises(WorkbenchError) as refused:
+        check_pyignite_version(version)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"pyignite {version} is installed")
+    assert "pyignite >=0.6,<0.7" in message and "pip install 'pyignite>=0.6,<0.7'" in message
+
+
+def test_the_installed_pyignite_is_one_it_was_written_for():
+    from workbench.clients.ignite.framing import check_pyignite_version, installed_pyignite
+
+    assert installed_pyignite() == importlib.metadata.version("pyignite")
+    check_pyignite_version()
+
+
+def test_another_installed_pyignite_is_refused_and_its_protocol_left_alone(monkeypatch):
+    from pyignite.connection import aio_connection
+
+    from workbench.clients.ignite import framing
+
+    original = aio_connection.BaseProtocol
+    monkeypatch.setattr(aio_connection, "BaseProtocol", original)
+    monkeypatch.setattr(framing, "installed_pyignite", lambda: "0.7.1")
+    with pytest.raises(WorkbenchError, match=r"^pyignite 0\.7\.1 is installed"):
+        framing.use_framed_protocol()
+    assert aio_connection.BaseProtocol is original
+    with pytest.raises(WorkbenchError, match=r"^pyignite 0\.7\.1 is installed"):
+        framing.framed_protocol()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import threading
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -15,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from workbench.checkpoints.s3 import S3Checkpoint
-from workbench.compat.oss_connector import ObjectIterableDataset, ObjectMapDataset
+from workbench.compat.oss_connector import ObjectIterableDataset, ObjectMapDataset, OssIterableDataset, OssMapDataset
 from workbench.errors import WorkbenchError
 from workbench.storage import s3_client
 
@@ -102,7 +103,7 @@ def test_dataset_with_endpoint_credentials_and_config(settings, bucket, tmp_path
                      datasetConfig={"prefetchConcurrency": 3, "prefetchWorker": 1})
     ds = cls.from_prefix(f"s3://{name}/data/", transform=_Read(), endpoint=settings.s3_endpoint(),
                          cred_path=cred_path, config_path=config)
-    assert (ds.prefetch_concurrency, ds.prefetch_worker) == (3, 1)
+    assert ds.prefetch_concurrency == 3  # prefetchWorker's effect: test_prefetch_workers_share_the_gets
     assert sts_credentials["SecretAccessKey"] not in repr(ds.access)
     loader = DataLoader(ds, batch_size=5, num_workers=2, collate_fn=lambda b: b,
                         shuffle=cls is ObjectMapDataset)
@@ -232,3 +233,64 @@ def test_persistent_workers_follow_set_epoch(settings, bucket):
         assert got == keys()
         orders.append(got)
     assert sorted(orders[0]) == sorted(objects) and orders[0] != orders[1] != orders[2]
+
+
+_GET_THREAD = re.compile(r"^oss-dataset-get-(\d+)_\d+$")  # worker w's GET threads (workbench.compat.oss_prefetch)
+
+
+def _recording(cls):
+    """`cls` whose fetch notes, per key, the prefetch worker whose GET thread ran it, and the GETs in flight."""
+
+    class Recording(cls):
+        def _reset(self):
+            super()._reset()
+            self.fetched, self.in_flight, self.peak, self._count = [], {}, {}, threading.Lock()
+
+        def fetch(self, ref):
+            match = _GET_THREAD.match(threading.current_thread().name)
+            assert match is not None, threading.current_thread().name
+            worker = int(match.group(1))
+            with self._count:
+                self.in_flight[worker] = self.in_flight.get(worker, 0) + 1
+                self.peak[worker] = max(self.peak.get(worker, 0), self.in_flight[worker])
+            try:
+                item = super().fetch(ref)
+            finally:
+                with self._count:
+                    self.in_flight[worker] -= 1
+            self.fetched.append((ref.key, worker))
+            return item
+
+    return Recording
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("cls", [OssMapDataset, OssIterableDataset])
+def test_prefetch_workers_share_the_gets(settings, bucket, tmp_path, cls, workers):
+    """datasetConfig.prefetchWorker = N: N prefetch workers fetch (worker w the w-th of every N objects, with its
+    share of prefetchConcurrency in flight); order and content are unchanged and every object is fetched once."""
+    name, objects = bucket
+    config = _config(tmp_path, datasetConfig={"prefetchConcurrency": 6, "prefetchWorker": workers})
+    ds = _recording(cls).from_prefix(f"oss://{name}/data/", settings, _Read(), config_path=config)
+    keys = sorted(objects)
+    assert list(ds) == [(key, objects[key]) for key in keys]  # order and content
+    assert sorted(key for key, _ in ds.fetched) == keys  # each object once
+    assert dict(ds.fetched) == {key: i % workers for i, key in enumerate(keys)}  # dealt round-robin
+    assert set(ds.peak) == set(range(workers)) and max(ds.peak.values()) <= 6 // workers
+    if cls is OssMapDataset:  # a DataLoader's batch goes through the same workers
+        ds.fetched.clear()
+        assert ds.__getitems__([5, 0, 7]) == [(keys[i], objects[keys[i]]) for i in (5, 0, 7)]
+        assert sorted(ds.fetched) == sorted((keys[i], n % workers) for n, i in enumerate((5, 0, 7)))
+
+
+def test_prefetch_worker_argument_beats_config_and_is_capped_by_concurrency(settings, bucket, tmp_path):
+    name, objects = bucket
+    config = _config(tmp_path, datasetConfig={"prefetchWorker": 3})
+    ds = _recording(OssIterableDataset).from_prefix(f"oss://{name}/data/", settings, _Read(), 2,
+                                                    config_path=config)  # 2 GETs in flight: 2 workers of 1
+    assert dict(ds) == objects and set(ds.peak) == {0, 1}
+    ds = _recording(OssIterableDataset).from_prefix(f"oss://{name}/data/", settings, _Read(), config_path=config,
+                                                    prefetch_worker=1)
+    assert dict(ds) == objects and set(ds.peak) == {0}
+    with pytest.raises(WorkbenchError, match="prefetch_worker must be >= 1, got 0"):
+        OssMapDataset.from_objects([f"oss://{name}/data/obj-000.bin"], settings, prefetch_worker=0)

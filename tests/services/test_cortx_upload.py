@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import io
-import statistics
-import time
+import tarfile
 import uuid
 
 import numpy as np
@@ -14,6 +13,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from workbench.compat.cortx import RemoteDataset, make_client, upload_cv_dataset, upload_source
+from workbench.data.shards import sample_key, sample_to_entries
 from workbench.errors import WorkbenchError
 
 pytestmark = [pytest.mark.services]
@@ -113,20 +113,34 @@ def test_tensor_array_and_pil_images_encode_alike():
         upload_source(items, "kinds", "gif")
 
 
-@pytest.mark.slow
-def test_measure_one_vs_two_workers(client, bucket, capsys):
-    """Same run, median of 3: 2,000 images of 96x96 (JPEG) with 1 and 2 worker processes."""
-    ds = Noise(2000, side=96)
-    times = {1: [], 2: []}
-    for repeat in range(3):
-        for workers in (1, 2):
-            folder = f"bench/{repeat}-{workers}"
-            start = time.perf_counter()
-            summary = upload_cv_dataset(ds, client=client, bucket=bucket, base_folder=folder, maxsize=1e7,
-                                        workers=workers)
-            times[workers].append(time.perf_counter() - start)
-            assert summary.samples == 2000
-    one, two = statistics.median(times[1]), statistics.median(times[2])
-    with capsys.disabled():
-        print(f"\nupload_cv_dataset 2000 x 96x96 JPEG: 1 worker {one:.2f} s, 2 workers {two:.2f} s, "
-              f"ratio {one / two:.2f} (runs {times})")
+def _objects(client, bucket, folder) -> dict[str, bytes]:
+    """Every object under `folder` (shards, their records, the index) by its key under the folder."""
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{folder}/")
+    keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
+    return {k[len(folder) + 1:]: client.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
+
+
+def test_any_workers_store_the_same_shards_with_every_sample_once(client, bucket):
+    """`workers` only spreads the encoding: 1, 2 and 3 store byte-identical shards, records and index, whose
+    members are every sample's entries once, in index order (the speed-up is `workbench bench ingest-cortx`)."""
+    ds, folder = Noise(240, side=16), "same/any"  # 8 runs of 32 items for the workers to share
+    stored = {}
+    for workers in (1, 2, 3):
+        summary = upload_cv_dataset(ds, client=client, bucket=bucket, base_folder=folder, maxcount=80, workers=workers)
+        assert (summary.samples, summary.skipped) == (240, 0), workers
+        stored[workers] = _objects(client, bucket, folder)
+        _delete(client, bucket, f"{folder}/")
+    for workers in (2, 3):
+        one, other = stored[1], stored[workers]
+        differ = sorted(k for k in one.keys() | other.keys() if one.get(k) != other.get(k))
+        assert differ == [], f"workers={workers} stored other objects than workers=1 at {differ}"
+    shards = sorted(k for k in stored[1] if k.startswith("train/shard-"))
+    assert len(shards) == 3 and "train/index.json" in stored[1]  # 240 / maxcount 80
+    members = []
+    for key in shards:
+        with tarfile.open(fileobj=io.BytesIO(stored[1][key])) as tar:
+            members += [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    expected = [(f"{sample_key(s)}.{ext}", data) for s in upload_source(ds, folder)
+                for ext, data in sample_to_entries(s).items()]
+    assert members == expected
+    assert len({sample_key(s) for s in upload_source(ds, folder)}) == 240

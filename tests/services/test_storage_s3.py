@@ -31,7 +31,13 @@ def store(stack, bucket):
 
 
 def test_the_s3_store_is_the_native_one(store):
-    assert isinstance(store, NativeS3Store)
+    """S3Store's data path is obstore's: its put makes the obstore client, and obstore reads what it wrote."""
+    import obstore
+
+    assert isinstance(store, NativeS3Store) and store._native is None  # made on first use
+    store.put("native.bin", b"through obstore")
+    assert store._native is not None and store.native_reads
+    assert bytes(obstore.get(store.native, store.full("native.bin")).bytes()) == b"through obstore"
 
 
 def test_put_get_head_with_metadata_and_odd_key_names(stack, store):

@@ -2,7 +2,8 @@
 
 Each backend gets a small two-split dataset of its own (unique names, dropped at the end); a ceiling must
 read the 'train' split, every sample of it and nothing of 'val', with the same image bytes as the
-backend's own `scan()`, directly and through toxiproxy.
+backend's own `scan()`, directly and through toxiproxy: the counts, and (`digest=True`) every sample's SHA-256
+under its key, against the digests of what `scan()` reads.
 """
 
 from __future__ import annotations
@@ -10,15 +11,23 @@ from __future__ import annotations
 import socket
 import time
 import uuid
+from dataclasses import dataclass
 
 import pytest
 from shared_sources import TwoSplits
 
 from workbench.backends.registry import make_backend
-from workbench.bench.native_ceilings import CeilingConfig, program_name, run_native_ceiling
+from workbench.bench.native_ceilings import (
+    CeilingConfig,
+    digest_mismatches,
+    program_name,
+    run_native_ceiling,
+    sample_digest,
+)
 from workbench.data import SyntheticSource
 from workbench.errors import WorkbenchError
 from workbench.ingest import ingest
+from workbench.layouts.objects import object_key
 from workbench.stack import ceilings as built
 
 pytestmark = pytest.mark.services
@@ -28,9 +37,20 @@ NETWORKED = ["cassandra", "s3-objects", "s3-shards", "ignite"]
 LAYOUTS = {"s3-shards": {"maxcount": 7}, "fs-shards": {"layout": "shards", "maxcount": 7}}
 
 
+@dataclass(frozen=True)
+class Expected:
+    """What a ceiling must read of 'train': the counts and key -> SHA-256, both from the backend's scan()."""
+
+    counts: tuple[int, int]
+    digests: dict[str, str]
+
+
+OBJECT_LAYOUTS = {"s3-objects", "fs"}  # one object per sample: a ceiling names a sample by its manifest key
+
+
 @pytest.fixture(scope="module")
 def datasets(settings):
-    """variant -> (dataset name, backend name, expected (samples, bytes) of 'train' from the backend's scan())."""
+    """variant -> (dataset name, backend name, Expected of 'train' from the backend's scan())."""
     made = {}
     try:
         for variant in [*NETWORKED, "fs", "fs-shards"]:
@@ -38,27 +58,53 @@ def datasets(settings):
             backend = make_backend(variant.removesuffix("-shards") if variant == "fs-shards" else variant, settings,
                                    name, workers=4, **LAYOUTS.get(variant, {}))
             made[variant] = backend
-            ingest(TwoSplits(SyntheticSource(N, mean_kb=12, seed=5, name=name)), backend, progress=False)
-        yield {variant: (b.dataset, b.name, _expected(b)) for variant, b in made.items()}
+            ingest(_source(name), backend, progress=False)
+        yield {variant: (b.dataset, b.name, _expected(b, variant)) for variant, b in made.items()}
     finally:
         for backend in made.values():
             backend.drop()
 
 
-def _expected(backend) -> tuple[int, int]:
+def _source(name: str) -> TwoSplits:
+    return TwoSplits(SyntheticSource(N, mean_kb=12, seed=5, name=name))
+
+
+def _expected(backend, variant: str) -> Expected:
+    """Counts and digests of 'train' as the backend's own scan() reads it, keyed as the ceiling names samples: the
+    id, or (object layouts) the key under 'train/' that the layout gives the sample of that id."""
     train = [s for s in backend.scan() if s.split == "train"]
     assert len(train) == N - N // 4
-    return len(train), sum(len(s.data) for s in train)
+    names = {s.id: object_key(s).removeprefix("train/") for s in _source(backend.dataset) if s.split == "train"}
+    digests = {names[s.id] if variant in OBJECT_LAYOUTS else str(s.id): sample_digest(s.data) for s in train}
+    assert len(digests) == len(train)
+    return Expected((len(train), sum(len(s.data) for s in train)), digests)
 
 
 @pytest.mark.parametrize("variant", [*NETWORKED, "fs", "fs-shards"])
 def test_reads_exactly_the_datasets_bytes(settings, datasets, variant):
     dataset, backend, expected = datasets[variant]
-    run = run_native_ceiling(settings, backend, {"dataset": dataset, "concurrency": 4})
-    assert run.counts == expected
+    run = run_native_ceiling(settings, backend, {"dataset": dataset, "concurrency": 4}, digest=True)
+    assert run.counts == expected.counts
+    assert digest_mismatches(run.digests, expected.digests) == []
     assert run.program == program_name(backend)
     assert run.seconds > 0 and run.list_seconds > 0 and run.cpu_s >= 0
     assert run.wire_bytes >= run.bytes  # shards: tar headers, labels and ids on top of the images
+
+
+def test_a_corrupted_expectation_is_caught(settings, datasets):
+    """One flipped byte in one sample, or two samples' bytes swapped between their keys, is a mismatch."""
+    dataset, backend, expected = datasets["fs"]
+    run = run_native_ceiling(settings, backend, {"dataset": dataset}, digest=True)
+    assert digest_mismatches(run.digests, expected.digests) == []
+    train = {object_key(s).removeprefix("train/"): s.data for s in _source(dataset) if s.split == "train"}
+    first, second = sorted(train)[:2]
+    flipped = bytearray(train[first])
+    flipped[len(flipped) // 2] ^= 0x01
+    corrupted = {**expected.digests, first: sample_digest(bytes(flipped))}
+    assert [m.split(":")[0] for m in digest_mismatches(run.digests, corrupted)] == [first]
+    swapped = {**expected.digests, first: expected.digests[second], second: expected.digests[first]}
+    assert [m.split(":")[0] for m in digest_mismatches(run.digests, swapped)] == [first, second]
+    assert run_native_ceiling(settings, backend, {"dataset": dataset}).digests is None  # off by default
 
 
 @pytest.mark.parametrize("variant", [*NETWORKED, "fs", "fs-shards"])
@@ -66,7 +112,7 @@ def test_warm_up_passes_come_before_the_timed_one_and_are_not_counted(settings, 
     dataset, backend, expected = datasets[variant]
     for warmup in (0, 2):
         run = run_native_ceiling(settings, backend, {"dataset": dataset, "concurrency": 4, "warmup": warmup})
-        assert run.counts == expected  # one listing, read warmup + 1 times
+        assert run.counts == expected.counts  # one listing, read warmup + 1 times
         if warmup == 0:
             assert run.seconds >= run.list_seconds  # a first pass is timed with its listing, as a first epoch
 
@@ -74,8 +120,10 @@ def test_warm_up_passes_come_before_the_timed_one_and_are_not_counted(settings, 
 @pytest.mark.parametrize("variant", NETWORKED)
 def test_through_toxiproxy_reads_the_same(settings, datasets, variant):
     dataset, backend, expected = datasets[variant]
-    run = run_native_ceiling(settings, backend, CeilingConfig(dataset=dataset, concurrency=3, via_proxy=True))
-    assert run.counts == expected
+    run = run_native_ceiling(settings, backend, CeilingConfig(dataset=dataset, concurrency=3, via_proxy=True),
+                             digest=True)
+    assert run.counts == expected.counts
+    assert digest_mismatches(run.digests, expected.digests) == []
 
 
 def test_reads_the_split_asked_for(settings, datasets):

@@ -4,13 +4,17 @@ import java.io.FileInputStream;
 import java.io.InputStream;
 import java.lang.management.ManagementFactory;
 import java.security.KeyStore;
+import java.security.MessageDigest;
 import java.security.cert.Certificate;
 import java.security.cert.CertificateFactory;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
+import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeMap;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -115,9 +119,10 @@ public final class IgniteCeiling {
     }
 
     /** One pass over the split's `keys`: every value by getAll, one batch per request, a request in flight per
-     * client. Returns {samples, bytes}. */
+     * client. Returns {samples, bytes}. With `digests` (the --digest pass; null in every timed one) it also
+     * records key -> SHA-256 (hex) of every sample's data. */
     static long[] readOnce(List<IgniteClient> clients, ExecutorService pool, String cacheName, List<String> keys,
-                           int batch, String where) {
+                           int batch, String where, Map<String, String> digests) {
         List<List<String>> batches = new ArrayList<>();
         for (int i = 0; i < keys.size(); i += batch) {
             batches.add(keys.subList(i, Math.min(keys.size(), i + batch)));
@@ -129,12 +134,17 @@ public final class IgniteCeiling {
         for (IgniteClient client : clients) {
             running.add(pool.submit(() -> {
                 ClientCache<String, BinaryObject> cache = client.<String, Object>cache(cacheName).withKeepBinary();
+                MessageDigest sha = digests == null ? null : MessageDigest.getInstance("SHA-256");
                 for (int i = next.getAndIncrement(); i < batches.size(); i = next.getAndIncrement()) {
                     Map<String, BinaryObject> values = cache.getAll(new HashSet<>(batches.get(i)));
-                    for (BinaryObject value : values.values()) {
-                        byte[] data = value.field("data");
+                    for (Map.Entry<String, BinaryObject> entry : values.entrySet()) {
+                        byte[] data = entry.getValue().field("data");
                         samples.incrementAndGet();
                         bytes.addAndGet(data == null ? 0 : data.length);
+                        if (sha != null) {
+                            byte[] sum = sha.digest(data == null ? new byte[0] : data);
+                            digests.put(entry.getKey(), HexFormat.of().formatHex(sum));
+                        }
                     }
                 }
                 return null;
@@ -150,11 +160,36 @@ public final class IgniteCeiling {
         return new long[] {samples.get(), bytes.get()};
     }
 
+    /** `s` as a JSON string (the key of a digest line). */
+    static String jsonString(String s) {
+        StringBuilder out = new StringBuilder("\"");
+        for (char c : s.toCharArray()) {
+            if (c == '"' || c == '\\') {
+                out.append('\\').append(c);
+            } else if (c < 0x20) {
+                out.append(String.format(java.util.Locale.ROOT, "\\u%04x", (int) c));
+            } else {
+                out.append(c);
+            }
+        }
+        return out.append('"').toString();
+    }
+
+    /** One "sha256 <hex> <key as a JSON string>" line per sample, in key order. */
+    static void printDigests(Map<String, String> digests) {
+        StringBuilder out = new StringBuilder();
+        for (Map.Entry<String, String> e : new TreeMap<>(digests).entrySet()) {
+            out.append("sha256 ").append(e.getValue()).append(' ').append(jsonString(e.getKey())).append('\n');
+        }
+        System.out.print(out);
+    }
+
     public static void main(String[] args) throws Exception {
         Map<String, String> opt = new HashMap<>(Map.of("host", "127.0.0.1", "port", "10800", "split", "train",
             "concurrency", "16", "batch", "64", "timeout", "10", "ca", "", "tls", "false", "cache", "",
             "addresses", ""));
         opt.put("warmup", "0");  // untimed passes before the timed one (Map.of takes at most 10 pairs)
+        opt.put("digest", "false");  // true: one more, untimed, pass after the timed one prints every sample's digest
         for (int i = 0; i + 1 < args.length; i += 2) {
             if (!args[i].startsWith("--") || !opt.containsKey(args[i].substring(2))) {
                 fail("ignite-ceiling: unknown option " + args[i] + "; options: " + opt.keySet());
@@ -168,6 +203,7 @@ public final class IgniteCeiling {
         int threads = Integer.parseInt(opt.get("concurrency"));
         int batch = Integer.parseInt(opt.get("batch"));
         int warmup = Integer.parseInt(opt.get("warmup"));
+        boolean digest = Boolean.parseBoolean(opt.get("digest"));
         int timeoutMs = (int) (Double.parseDouble(opt.get("timeout")) * 1000);
 
         String[] addresses = where.split(",");
@@ -201,10 +237,15 @@ public final class IgniteCeiling {
                 start = System.nanoTime();
                 cpuStart = cpuSeconds();
             }
-            counts = readOnce(clients, pool, cacheName, keys, batch, where);
+            counts = readOnce(clients, pool, cacheName, keys, batch, where, null);
         }
         double seconds = (System.nanoTime() - start) / 1e9;
         double cpu = cpuSeconds() - cpuStart;
+        if (digest) {  // after the clock: the timed pass hashed nothing
+            Map<String, String> digests = new ConcurrentHashMap<>();
+            readOnce(clients, pool, cacheName, keys, batch, where, digests);
+            printDigests(digests);
+        }
         for (IgniteClient client : clients) {
             client.close();
         }

@@ -36,6 +36,8 @@ from workbench.clients.tls import (
     STACK_CERTIFICATE_HINT,
     chained,
     client_certificate_problem,
+    client_context,
+    present_certificate,
     speaks_tls,
     ssl_reason,
     stack_client_certificate,
@@ -59,10 +61,10 @@ def cassandra_ssl_context(settings: Settings) -> ssl.SSLContext | None:
     the stack requires client certificates, present the stack's own (stack_client_certificate)."""
     if not settings.tls:
         return None
-    context = ssl.create_default_context(cafile=str(settings.ca_file()))  # CERT_REQUIRED + check_hostname
+    context = client_context(settings.ca_file())  # CERT_REQUIRED + check_hostname
     own = stack_client_certificate(settings)
     if own is not None:
-        context.load_cert_chain(*own)
+        present_certificate(context, *own)
     return context
 
 def settings_login(settings: Settings) -> tuple[str, str] | None:

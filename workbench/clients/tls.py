@@ -1,11 +1,15 @@
-"""What every client shares about TLS: telling a TLS-only port from a dead one, and one-line reasons."""
+"""What every client shares about TLS: the one place an ssl.SSLContext is built (`client_context`), telling a
+TLS-only port from a dead one, and one-line reasons. One builder, so every client's verify mode, host name check
+and TLS versions are read in one place (tests/unit/test_one_ssl_place.py keeps it the only one)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import socket
 import ssl
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +29,43 @@ _CLOSED = re.compile(r"EOF occurred|unexpected eof|closed prematurely|unable to 
 _HANDSHAKE_RECORD, _CERTIFICATE_REQUEST, _SERVER_HELLO_DONE = 22, 13, 14
 _BAD_CERTIFICATE = re.compile(r"bad[ _]certificate|unknown[ _]ca|certificate[ _]unknown|"
                               r"unsupported[ _]certificate|decrypt[ _]error", re.IGNORECASE)
+
+
+def client_context(ca_file: str | Path | None = None, *, verify: bool = True, check_hostname: bool = True,
+                   certfile: str | Path | None = None, keyfile: str | Path | None = None,
+                   key_password: str | None = None,
+                   maximum_version: ssl.TLSVersion | None = None) -> ssl.SSLContext:
+    """A client's SSLContext (TLS 1.2 or newer, Python's PROTOCOL_TLS_CLIENT defaults), the only builder of one.
+
+    verify: the server's certificate must chain to `ca_file` (only that CA is trusted; without one, the
+    system's CAs), and with `check_hostname` its name must match the host connected to; verify=False: any
+    certificate, no name check (probes, encrypt-only). certfile/keyfile/key_password: the client certificate
+    presented (`present_certificate`). SSLKEYLOGFILE is honoured as ssl.create_default_context does. A file
+    that cannot be loaded raises OSError or ssl.SSLError: the caller names the setting it came from.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED and check_hostname until told otherwise
+    if not (verify and check_hostname):
+        context.check_hostname = False
+    if not verify:
+        context.verify_mode = ssl.CERT_NONE
+    if maximum_version is not None:
+        context.maximum_version = maximum_version
+    if ca_file:
+        context.load_verify_locations(cafile=str(ca_file))
+    elif verify:
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    if certfile:
+        present_certificate(context, certfile, keyfile, key_password)
+    keylog = os.environ.get("SSLKEYLOGFILE")
+    if keylog and not sys.flags.ignore_environment:
+        context.keylog_filename = keylog
+    return context
+
+
+def present_certificate(context: ssl.SSLContext, certfile: str | Path, keyfile: str | Path | None = None,
+                        key_password: str | None = None) -> None:
+    """Make `context` present the client certificate `certfile` with its key (`keyfile`, else in certfile)."""
+    context.load_cert_chain(str(certfile), str(keyfile) if keyfile else None, password=key_password)
 
 
 def client_auth_required(settings: Settings) -> bool:
@@ -78,10 +119,7 @@ def client_certificate_problem(text: str, where: str, presented: str | None, hin
 def asks_for_client_certificate(host: str, port: int, timeout_s: float) -> bool:
     """Whether host:port asks TLS clients for a certificate: a CertificateRequest among the server's first
     TLS 1.2 handshake messages (TLS 1.2 sends them in clear). Only called on a failed connect."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    context = client_context(verify=False, maximum_version=ssl.TLSVersion.TLSv1_2)
     incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
     tls = context.wrap_bio(incoming, outgoing)
     with contextlib.suppress(ssl.SSLWantReadError):  # the ClientHello waits in `outgoing`
@@ -117,9 +155,7 @@ def handshake_types(data: bytes) -> list[int]:
 def speaks_tls(host: str, port: int, timeout_s: float) -> bool:
     """Whether host:port completes a TLS handshake (certificate not checked): tells a TLS-only server
     that dropped a plain client from a server that is down. Only called on a failed connect."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
+    context = client_context(verify=False)
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as raw, context.wrap_socket(raw):
             return True

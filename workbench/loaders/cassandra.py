@@ -37,7 +37,7 @@ from workbench.clients import cassandra_error
 from workbench.clients.cassandra import driver_options, multi_node
 from workbench.clients.cloud_bundle import BUNDLE_KEY, CloudBundle, read_bundle
 from workbench.clients.endpoints import cassandra_hosts
-from workbench.clients.tls import stack_client_certificate
+from workbench.clients.tls import client_context, present_certificate, stack_client_certificate
 from workbench.concurrency import HasWindow, fixed_depth, in_flight, make_window, pool_size
 from workbench.config import Settings
 from workbench.data import SplitFile
@@ -316,22 +316,16 @@ def ssl_context(settings: Settings, config: CassandraConfig) -> ssl.SSLContext |
     use_ssl, certificate = tls_of(settings, config)
     if not use_ssl:
         return None
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False  # like the C++ driver's default (peer certificate, no identity check)
-    if certificate:
-        try:
-            context.load_verify_locations(cafile=certificate)
-        except (OSError, ssl.SSLError) as exc:
-            raise WorkbenchError(f"cannot load ssl_certificate {certificate}: {exc}") from exc
-        context.verify_mode = ssl.CERT_REQUIRED
-        context.check_hostname = config.use_ssl is None
-    else:
-        context.verify_mode = ssl.CERT_NONE
+    try:  # no identity check unless the stack's TLS, like the C++ driver's default (peer certificate only)
+        context = client_context(certificate, verify=bool(certificate),
+                                 check_hostname=bool(certificate) and config.use_ssl is None)
+    except (OSError, ssl.SSLError) as exc:
+        raise WorkbenchError(f"cannot load ssl_certificate {certificate}: {exc}") from exc
     own = own_certificate(settings, config)
     if own is not None:
         certificate, key, password = own
         try:
-            context.load_cert_chain(certificate, key, password=password)
+            present_certificate(context, certificate, key, password)
         except (OSError, ssl.SSLError) as exc:
             raise WorkbenchError(f"cannot load client certificate {certificate} with key {key}: {exc}"
                                  + (" (wrong ssl_own_key_pass?)" if password else "")) from exc

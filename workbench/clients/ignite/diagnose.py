@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import ssl
 
-from workbench.clients.tls import speaks_tls
+from workbench.clients.tls import client_context, speaks_tls
 
 # TLS alerts of a node that wants a client certificate and got none, or does not trust the one it got.
 _NO_CERTIFICATE = re.compile(r"certificate[ _]required", re.IGNORECASE)
@@ -90,9 +90,7 @@ def wants_client_certificate(host: str, port: int, timeout_s: float) -> bool:
     """
     import socket
 
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
+    context = client_context(verify=False)
     try:
         with socket.create_connection((host, port), timeout_s) as raw, \
                 context.wrap_socket(raw, suppress_ragged_eofs=False) as conn:

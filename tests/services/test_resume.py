@@ -50,8 +50,8 @@ def loader_or_skip(stack, loader: str, **config):
     try:
         return make_loader(loader, stack, **config)
     except WorkbenchError as exc:
-        if "not loadable here" in str(exc):
-            pytest.skip(str(exc))
+        if "not loadable here" in str(exc):  # allowed under CI=true (tests/skip_policy.py): a GPU machine's test
+            pytest.skip(f"{exc} (measured on the lent GPU machine, which has them)")
         raise
 
 

@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 comma := ,
-EXTRAS ?= triton,torch,tf,dali,bench,peers,lightning,spark,dev
+EXTRAS ?= triton,torch,tf,dali,bench,peers,lightning,spark,dev,fuzz
 NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock native/pyproject.toml $(wildcard native/src/*.rs)
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(NATIVE_SOURCES) | sha1sum | cut -c1-10)-$(subst $(comma),_,$(EXTRAS))
 

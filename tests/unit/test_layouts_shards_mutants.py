@@ -4,11 +4,22 @@ partitioned writers, and the errors a sample or an index gives (each names what 
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+
 import pytest
 
-from workbench.data import Item
+from workbench.data import Item, StoredSample, SyntheticSource, pack_shards
 from workbench.errors import WorkbenchError
-from workbench.layouts.shards import PARTITION_BLOCK, ShardSet, _shown, is_shard_key, read_split_index, sample_item
+from workbench.layouts.shards import (
+    PARTITION_BLOCK,
+    ShardSet,
+    _samples_of,
+    _shown,
+    is_shard_key,
+    read_split_index,
+    sample_item,
+)
 from workbench.storage import DirStore
 
 
@@ -85,3 +96,39 @@ def test_names_are_shown_as_is_unless_they_hold_unprintable_characters():
     assert _shown("shard-1") == "shard-1"
     assert _shown("a\nb") == "'a\\nb'"
     assert _shown(None) == "None"
+
+
+# ------------------------------------------------------------------------------------------ a scan's samples
+
+
+def _shard(count: int = 4):
+    samples = list(SyntheticSource(count, mean_kb=1, name="scan-mutants"))
+    [(info, data)] = list(pack_shards(iter(samples), 1e8, 100))
+    return samples, info, data
+
+
+def test_a_scan_yields_each_sample_of_a_shard_sliced_or_parsed():
+    samples, info, data = _shard()
+    expected = [StoredSample(s.id, "val", s.label, s.data) for s in samples]
+    assert list(_samples_of(data, "val", "w", info)) == expected
+    assert list(_samples_of(data, "val", "w", dataclasses.replace(info, members=None))) == expected
+
+
+def test_a_shard_of_another_size_than_its_index_yields_nothing_and_says_why(caplog):
+    _, info, data = _shard()
+    with caplog.at_level(logging.WARNING, logger="workbench.layouts.shards"):
+        assert list(_samples_of(data[:-512], "val", "st/val/s.tar", info)) == []
+    assert caplog.messages == [f"shard st/val/s.tar: {len(data) - 512} bytes, the index says {len(data)}"]
+
+
+def test_a_sample_without_a_valid_id_is_skipped_and_named(caplog):
+    samples, info, data = _shard()
+    uid = info.members[1].by_ext["uid"]
+    damaged = bytearray(data)
+    damaged[uid.offset : uid.offset + uid.size] = b"n" * uid.size
+    with caplog.at_level(logging.WARNING, logger="workbench.layouts.shards"):
+        got = list(_samples_of(bytes(damaged), "val", "w.tar", info))
+    assert [s.id for s in got] == [s.id for s in samples if s is not samples[1]]
+    assert len(caplog.messages) == 1
+    assert caplog.messages[0].startswith("sample ") and caplog.messages[0].endswith(
+        " in w.tar has no valid 'id' entry: skipped")

@@ -5,17 +5,22 @@ partitioned writers, and the errors a sample or an index gives (each names what 
 from __future__ import annotations
 
 import dataclasses
+import io
 import logging
+import tarfile
 
 import pytest
 
-from workbench.data import Item, StoredSample, SyntheticSource, pack_shards
+from workbench.data import Item, ShardInfo, StoredSample, SyntheticSource, pack_shards, read_index, write_index
+from workbench.data.shard_spans import SpanTable
+from workbench.data.shards import spans_from_tar
 from workbench.errors import WorkbenchError
 from workbench.layouts.shards import (
     PARTITION_BLOCK,
     ShardSet,
     _samples_of,
     _shown,
+    fetch_items,
     is_shard_key,
     read_split_index,
     sample_item,
@@ -132,3 +137,28 @@ def test_a_sample_without_a_valid_id_is_skipped_and_named(caplog):
     assert len(caplog.messages) == 1
     assert caplog.messages[0].startswith("sample ") and caplog.messages[0].endswith(
         " in w.tar has no valid 'id' entry: skipped")
+
+
+def _tar(members: list[tuple[str, bytes]]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, payload in members:
+            entry = tarfile.TarInfo(name)
+            entry.size = len(payload)
+            tar.addfile(entry, io.BytesIO(payload))
+    return out.getvalue()
+
+
+def test_a_sample_read_as_pieces_is_named_by_its_tar_key_when_it_has_no_id(tmp_path):
+    """Samples without a 'uid' entry are off the common case: their entries come from the pieces, the key from
+    the name field of their first header (NUL-padded to 100 bytes), and the error names that key."""
+    data = _tar([("img-7.jpg", b"\xff\xd8one"), ("img-7.cls", b"3"), ("img-8.jpg", b"\xff\xd8two"),
+                 ("img-8.cls", b"4")])
+    store = DirStore(tmp_path)
+    store.put("train/shard-000000.tar", data)
+    info = ShardInfo("shard-000000.tar", 2, len(data), "img-7", "img-8", spans_from_tar(data))
+    [info] = read_index(write_index([info]))  # as a reader has it: a SpanTable, read as pieces
+    assert isinstance(info.members, SpanTable)
+    with pytest.raises(WorkbenchError) as error:
+        fetch_items(store, "train", info, "int")
+    assert str(error.value).startswith(f"sample img-7 in {store.where}/train/shard-000000.tar has no 'uid' entry")

@@ -11,6 +11,8 @@ framework adapters do, when asked for.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import Any
 
 __version__ = "0.1.0"
@@ -47,3 +49,16 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return [*__all__, "__version__"]
+
+
+class _Package(types.ModuleType):
+    """Keeps a public function named like its own module (`ingest` in `workbench.ingest`): importing that module
+    sets the package's attribute to the module, so `from workbench import ingest` would give a module."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and _PUBLIC.get(name) == value.__name__ and hasattr(value, name):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -33,3 +33,10 @@ def test_the_package_and_its_storage_loader_and_ingest_names_import_no_framework
             f"print(json.dumps([m for m in {list(FRAMEWORKS)!r} if m in sys.modules]))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+def test_a_public_function_named_like_its_module_stays_the_function_after_that_module_is_imported():
+    code = ("import workbench.ingest\nfrom workbench import ingest\nimport workbench\n"
+            "print(callable(ingest), workbench.ingest is ingest, ingest.__module__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.split() == ["True", "True", "workbench.ingest"]

@@ -59,7 +59,8 @@ def _state(**changes) -> dict:
      "was saved with"),
     (_state(order=None), "loader 'fs': the state was saved with dataset=None, this loader has dataset='d'"),
     (_state(epoch="x"), "loader 'fs': a damaged state (ValueError: "),
-    ({k: v for k, v in _state().items() if k != "done"}, "loader 'fs': a damaged state (KeyError: 'done')"),
+    ({k: v for k, v in _state().items() if k != "done"},
+     "loader 'fs': a damaged state (KeyError: 'done'): pass what state_dict() returned"),
     (_state(epoch=-1), "loader 'fs': a damaged state (epoch -1, position 9)"),
     (_state(position=-2), "loader 'fs': a damaged state (epoch 4, position -2)"),
 ])

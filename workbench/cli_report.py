@@ -3,6 +3,7 @@
     workbench results index                       # -> results/index.html
     workbench results compare RUN_A RUN_B         # -> RUN_B/repeatability/repeatability.{html,csv}
     workbench results stale                       # which committed results measure older code
+    workbench results readme [--check]            # README.md's generated blocks, from the committed results
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import typer
 from rich.console import Console
 
 from workbench.report import build_index, compare_runs, write_comparison
+from workbench.report.readme_blocks import update_readme
 from workbench.report.repeat import TOLERANCE
 from workbench.report.staleness import stale_results
 
@@ -56,3 +58,19 @@ def stale_command(
         console.print(f"stale: {standing.folder}: {standing.describe()}", highlight=False, soft_wrap=True)
     console.print(f"{len(stale)} committed result folder{'s' if len(stale) != 1 else ''} under {root} "
                   f"{'measure' if len(stale) != 1 else 'measures'} older code", highlight=False)
+
+
+@app.command("readme")
+def readme_command(
+    check: Annotated[bool, typer.Option(help="only compare: exit 1 naming each block that differs")] = False,
+    readme: Annotated[Path, typer.Option(help="the file holding the generated blocks")] = Path("README.md"),
+    root: Annotated[Path, typer.Option(help="the results folder (studies/, gpu/, ...)")] = Path("results"),
+) -> None:
+    """Rewrite README.md's generated blocks (measured numbers) from the committed result files they name."""
+    differ = update_readme(readme, root, root, check)
+    if check and differ:
+        console.print(f"{readme}: generated block{'s' if len(differ) != 1 else ''} {', '.join(differ)} differ from "
+                      f"what {root} gives: run `workbench results readme`", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    verb = "up to date" if check or not differ else f"rewritten: {', '.join(differ)}"
+    console.print(f"{readme}: generated blocks {verb}", highlight=False)

@@ -40,7 +40,7 @@ Ingested = Callable[[str, str], bool]  # (backend, dataset) -> already ingested?
 
 @dataclass(frozen=True)
 class Planning:
-    """The planning figures of the estimate, from this 2-core machine shared by client and servers (README):
+    """The planning figures of the estimate, from this 2-core machine shared by client and servers (docs/JOURNAL.md):
     loaders read 350-2,700 samples/s at 0 ms, so a middle figure; each knob that binds lowers it."""
 
     samples_per_s: float = 400.0  # a loader's rate when neither the network nor decoding nor compute binds

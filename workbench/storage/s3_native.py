@@ -2,7 +2,7 @@
 
 Why: with boto3 each GET costs a few ms of Python CPU, so on a small machine the loaders measured the
 client, not the storage (`workbench/bench/s3_clients.py`, same objects, same run: obstore 1.4-2x boto3's
-rate at 0.2-0.25x its client CPU per object, the CRT client 0.3x; the table is in the README).
+rate at 0.2-0.25x its client CPU per object, the CRT client 0.3x; the table is in docs/JOURNAL.md, "S3 client").
 
 `NativeS3Store` is `workbench.storage.S3Store`: same constructor, same behaviour and the same one-line
 errors as the boto3 store (`s3.BotoS3Store`) it extends. obstore does the data path: get, ranged get

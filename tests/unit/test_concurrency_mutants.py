@@ -23,6 +23,8 @@ from workbench.concurrency import (
 )
 from workbench.errors import WorkbenchError
 
+STEPS = 100_000  # completions at most: a window that never settles fails instead of looping
+
 
 class Clock:
     def __init__(self) -> None:
@@ -94,9 +96,11 @@ def _settled_at_64(clock: Clock) -> AutoWindow:
     """A window that settles at its cap of 64 in its first run: the next run re-checks it."""
     window = AutoWindow(clock=clock, start=64, cap=64, min_interval_s=0.0)
     window.begin(None)
-    while not window.settled:
+    for _ in range(STEPS):
+        if window.settled:
+            return window
         feed(window, clock, 1, latency_s=window.depth / 1000, rate=1000)
-    return window
+    raise AssertionError(f"not settled after {STEPS} completions: {window.history}")
 
 
 def test_the_recheck_times_each_depth_over_its_intervals_and_records_them_rounded():
@@ -106,8 +110,11 @@ def test_the_recheck_times_each_depth_over_its_intervals_and_records_them_rounde
     window = _settled_at_64(clock)
     first = len(window.measured)
     window.begin(None)
-    while not window.rechecked:
+    for _ in range(STEPS):
+        if window.rechecked:
+            break
         feed(window, clock, 1, latency_s=0.00123456, rate=1000 * (0.97 if window.depth == 32 else 1.0))
+    assert window.rechecked, window.history
     rechecked = window.measured[first:]
     assert [d for d, _, _ in rechecked] == [64, 64, 32, 32, 64, 64], rechecked
     assert all(latency == 1.23 for _, _, latency in rechecked), rechecked
@@ -126,8 +133,11 @@ def test_a_limit_learned_during_the_recheck_bounds_it():
     assert window.rechecking
     window.limit(16)
     assert (window.start, window.best_depth, window.depth) == (16, 16, 16)
-    while not window.rechecked:
+    for _ in range(STEPS):
+        if window.rechecked:
+            break
         feed(window, clock, 1, latency_s=0.001, rate=1000 * math.log2(window.depth))
+    assert window.rechecked, window.history
     assert max(window.history[window.history.index(16):]) == 16 and window.depth <= 16, window.history
 
 

@@ -99,6 +99,9 @@ class ChunkedFiles:
             open_cache = client.get_or_create_cache if create else client.get_cache
             manifests = open_cache(self.manifest_cache)
             chunks = manifests if self.chunk_cache == self.manifest_cache else open_cache(self.chunk_cache)
+        except FileNotFoundError:  # an OSError, as pyignite's connection errors are: not one of them
+            close_quietly(client)
+            raise
         except ignite_errors() as exc:
             close_quietly(client)
             raise WorkbenchError(f"cannot open Ignite cache {self.manifest_cache} at {self.endpoint.where}: "

@@ -29,6 +29,37 @@ def open_url(url: str, mode: str = "rb", settings: Settings | None = None) -> IO
         raise WorkbenchError(f"cannot open {url}: {exc}") from None
 
 
+def url_fs(url: str, settings: Settings | None = None) -> tuple[Any, str]:
+    """(fsspec file system, path in it) of `url`, resolved as `open_url` resolves it (listing a directory URL)."""
+    if url.startswith("ignite://"):
+        fs = IgniteFileSystem(settings or Settings())
+        return fs, fs._strip_protocol(url)
+    import fsspec
+
+    try:
+        return fsspec.core.url_to_fs(url)
+    except (ValueError, ImportError) as exc:
+        raise WorkbenchError(f"cannot open {url}: {exc}") from None
+
+
+def check_url(url: str, flag: str, file: bool = True) -> str:
+    """`url` when it can name a file (`file`) or a directory of files; else one line naming `flag` and the fix.
+
+    Why before training: an ``ignite://`` URL without a cache or file would otherwise fail only when the
+    run writes its outputs, after all the work."""
+    if not url:
+        raise WorkbenchError(f"{flag} is empty: give a URL (ignite://CACHE/path, file://, s3://...)")
+    if url.startswith("ignite://"):
+        try:
+            cache, key = IgniteFileSystem.split(url)
+        except WorkbenchError as exc:
+            raise WorkbenchError(f"{flag} {url}: {exc}") from None
+        if file and not key:
+            raise WorkbenchError(f"{flag} {url} names Ignite cache {cache} but no file in it: use "
+                                 f"ignite://{cache}/path/to/file")
+    return url
+
+
 def join_url(base: str, name: str) -> str:
     """`name` inside the directory URL `base`."""
     return f"{base.rstrip('/')}/{name}"

@@ -1,4 +1,7 @@
-"""Shared asyncio clients: one pyignite AioClient per event loop, reconnected after a failure."""
+"""Shared asyncio clients: one pyignite AioClient per event loop, reconnected after a failure.
+
+Why: one connection carries many requests in flight (the loaders' get_all window), so every coroutine of a loop
+shares it; a lost one is dropped and the next request connects again, under one lock so only one connects."""
 
 from __future__ import annotations
 

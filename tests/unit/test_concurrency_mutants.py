@@ -153,3 +153,17 @@ def test_what_completes_after_a_stall_is_measured_afresh():
     feed(window, clock, 3000, latency_s=0.002, rate=8000)
     after = window.measured[before:]
     assert after and all(latency == 2.0 for _, _, latency in after), after
+
+
+def test_a_first_runs_intervals_are_recorded_rounded_too():
+    clock = Clock()
+    window = AutoWindow(clock=clock, start=64, cap=64, min_interval_s=0.0)
+    window.begin(None)
+    for _ in range(STEPS):
+        if window.settled:
+            break
+        feed(window, clock, 1, latency_s=0.0641234, rate=1000)
+    assert window.settled and len(window.measured) >= 2, window.measured
+    assert all(latency == 64.12 for _, _, latency in window.measured), window.measured
+    assert all(type(rate) is float and rate == round(rate, 1) and rate > 900 for _, rate, _ in window.measured)
+    assert any(rate != round(rate) for _, rate, _ in window.measured), window.measured

@@ -28,8 +28,8 @@ from workbench.ingest import ingest  # noqa: E402
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(900)]
 
-# 3 epochs (69 updates of 64 images) read 0.972 here under load; 4 for margin
-RECIPE = {"workers": 2, "epochs": 4, "batch_size": 32, "model": "small", "size": 32, "num_classes": 10, "lr": 0.03}
+# 3 epochs at lr 0.02 (69 updates of 64 images) read 0.972 here under load, 4 at lr 0.03 0.961: 4 at 0.02
+RECIPE = {"workers": 2, "epochs": 4, "batch_size": 32, "model": "small", "size": 32, "num_classes": 10, "lr": 0.02}
 
 
 @pytest.fixture(scope="module")

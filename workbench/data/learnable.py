@@ -5,7 +5,9 @@ learns nothing, and nothing can tell whether an image and its label still belong
 shuffling, out-of-order delivery, workers, ranks and decoding. Here the label is visible in the image:
 
 * `LearnableSyntheticSource`: the synthetic source's JPEGs (same ImageNet-like sizes, same texture)
-  with a large class-dependent shape in a class-dependent colour drawn in the middle;
+  with a large class-dependent shape in a class-dependent colour drawn in the middle; its
+  ``kind="segmentation"`` paints every pixel in its mask class's colour (the mask is a function of the
+  pixels) and ``kind="multilabel"`` draws a disc in each present class's colour over the muted texture;
 * `DigitsSource`: scikit-learn's bundled handwritten digits (1,797 8x8 images, shipped inside the
   wheel, so nothing is downloaded), upscaled and encoded as PNG or JPEG, with a fixed train/val split.
 
@@ -16,6 +18,7 @@ labels and splits are the same on every machine.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Iterator
 from functools import cached_property
 from typing import Literal
@@ -23,8 +26,9 @@ from typing import Literal
 import numpy as np
 from PIL import Image, ImageDraw
 
-from workbench.data.sample import Sample, sample_id
+from workbench.data.sample import Sample, encode_multilabel, sample_id
 from workbench.data.sources import (
+    Kind,
     Source,
     SyntheticSource,
     _check_index,
@@ -92,29 +96,105 @@ def draw_class(pixels: np.ndarray, c: int, rng: np.random.Generator) -> np.ndarr
     return out
 
 
-class LearnableSyntheticSource(SyntheticSource):
-    """The synthetic source's JPEGs (same sizes, same texture, about the same bytes), class drawn in the middle.
+def kind_colour(c: int, num_classes: int) -> tuple[int, int, int]:
+    """RGB of class `c` in masks and multi-hot images: hues evenly spaced, so colour alone tells every class apart.
 
-    Classification only. `val_fraction` of the samples (evenly spaced by index) are in split "val".
+    Why not `class_style`: it tells classes apart by shape and colour together; a mask pixel or a small disc
+    has only its colour.
+    """
+    hsv = np.array([[[(c * 255) // max(num_classes, 1), 255, 255]]], dtype=np.uint8)
+    r, g, b = Image.fromarray(hsv, "HSV").convert("RGB").getpixel((0, 0))
+    return int(r), int(g), int(b)
+
+
+def _grained(colours: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """`colours` (..., 3) with +- `_GRAIN` of noise per channel, as uint8: flat areas that JPEG does not erase."""
+    grain = rng.integers(-_GRAIN, _GRAIN + 1, colours.shape, dtype=np.int16)
+    return np.clip(colours.astype(np.int16) + grain, 0, 255).astype(np.uint8)
+
+
+def _png(mask: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(mask).save(buf, "PNG", compress_level=1)
+    return buf.getvalue()
+
+
+def paint_mask(rng: np.random.Generator, num_classes: int, width: int, height: int) -> tuple[np.ndarray, bytes]:
+    """(pixels, PNG mask): a coarse random class grid as the plain source's, every pixel in its class's colour."""
+    grid_w, grid_h = int(rng.integers(2, 9)), int(rng.integers(2, 9))
+    grid = rng.integers(0, num_classes, (grid_h, grid_w), dtype=np.uint8)
+    mask = np.asarray(Image.fromarray(grid).resize((width, height), Image.NEAREST))
+    palette = np.array([kind_colour(k, num_classes) for k in range(num_classes)], dtype=np.uint8)
+    return _grained(palette[mask], rng), _png(mask)
+
+
+def draw_present(pixels: np.ndarray, hot: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """`pixels` muted towards grey, with a disc in each present class's colour, one per cell of a grid over the
+    central square (at least 2 x 2: a lone disc is as large as four).
+
+    The central square is what a short-side resize and centre crop keep, so every disc reaches the model. Why
+    muted, and never one disc over the whole square: a tiny CNN (global average pooling) trained 200 steps on
+    the full-strength texture, or on such a disc, mistook neighbouring hues (exact match 0.35-0.9, here 0.95).
+    """
+    height, width = pixels.shape[:2]
+    present = np.flatnonzero(hot)
+    side = min(width, height)
+    cells = max(2, math.ceil(math.sqrt(len(present))))
+    cell = side / cells
+    left, top = (width - side) / 2, (height - side) / 2
+    mask = Image.new("L", (width, height), 0)
+    draw = ImageDraw.Draw(mask)
+    out = (pixels * 0.15 + 108).astype(np.uint8)  # the texture at a sixth of its contrast
+    for k, slot in zip(present, rng.permutation(cells * cells), strict=False):
+        cx, cy = left + (slot % cells + 0.5) * cell, top + (slot // cells + 0.5) * cell
+        radius = cell * rng.uniform(0.40, 0.46)
+        draw.rectangle((0, 0, width, height), fill=0)
+        draw.ellipse((cx - radius, cy - radius, cx + radius, cy + radius), fill=255)
+        inside = np.asarray(mask) > 0
+        out[inside] = _grained(np.broadcast_to(np.array(kind_colour(int(k), len(hot))), (int(inside.sum()), 3)),
+                               rng)
+    return out
+
+
+class LearnableSyntheticSource(SyntheticSource):
+    """The synthetic source's JPEGs (same sizes; classification: same texture, about the same bytes), the label
+    visible in the pixels.
+
+    `kind` "classification": the class drawn in the middle (`draw_class`); "segmentation": each pixel in its
+    mask class's colour (`paint_mask`, PNG masks as the plain source's); "multilabel": the plain source's
+    multi-hot vectors, a disc per present class (`draw_present`). `val_fraction` of the samples (evenly
+    spaced by index) are in split "val".
     """
 
     def __init__(self, count: int, num_classes: int = 10, seed: int = 0, mean_kb: float = 110.0,
-                 name: str | None = None, val_fraction: float = 0.2) -> None:
-        super().__init__(count, num_classes, seed, "classification", mean_kb,
-                         name or f"synthetic-learnable-{count}-s{seed}")
+                 name: str | None = None, val_fraction: float = 0.2, kind: Kind = "classification") -> None:
+        default = f"synthetic-learnable-{count}-s{seed}" if kind == "classification" else \
+            f"synthetic-learnable-{kind}-{count}-s{seed}"
+        super().__init__(count, num_classes, seed, kind, mean_kb, name or default)
         val_split_of(0, val_fraction)  # validates
         self.val_fraction = val_fraction
         self.splits = list(SPLITS) if val_fraction > 0 else ["train"]
 
     def sample(self, i: int) -> Sample:
-        """Sample ``i``: a pure function of ``(seed, i)``; its class is the shape and colour in the centre."""
+        """Sample ``i``: a pure function of ``(seed, i)``; its label is in the pixels."""
         _check_index(i, self.count)
         rng = np.random.default_rng([self.seed, i])  # the synthetic source's draws, in its order
         c = int(rng.integers(self.num_classes))
         width, height = self._draw_size(rng)
-        pixels = draw_class(_texture(rng, width, height), c, np.random.default_rng([self.seed, i, 1]))
+        own = np.random.default_rng([self.seed, i, 1])  # what the plain source does not draw
+        label: int | bytes = c
+        if self.kind == "segmentation":
+            pixels, label = paint_mask(rng, self.num_classes, width, height)
+        elif self.kind == "multilabel":
+            texture = _texture(rng, width, height)
+            hot = rng.random(self.num_classes) < min(0.5, 2 / self.num_classes)
+            hot[c] = True  # as the plain source: the class in the name is always present
+            pixels, label = draw_present(texture, hot, own), encode_multilabel(hot.astype(np.uint8))
+        else:
+            pixels = draw_class(_texture(rng, width, height), c, own)
         name = f"class_{c:03d}/img_{i:07d}.jpg"
-        return self.make_sample(name, c, _encode_jpeg(pixels), (width, height), val_split_of(i, self.val_fraction))
+        return self.make_sample(name, label, _encode_jpeg(pixels), (width, height),
+                                val_split_of(i, self.val_fraction))
 
 
 class DigitsSource:

@@ -452,10 +452,15 @@ class BlobTask:
 def train_blob_labels(task: BlobTask, dataset: str, settings=None, steps: int = 20, batch_size: int | None = None,
                       *, loader: str = "cassandra", model: str | None = None, size: int | None = None,
                       num_classes: int = 10, workers: int = 2, threads: int | None = None, warmup: int | None = None,
-                      lr: float = 0.01, ceiling: bool = True, results_dir=None, **loader_config: Any) -> dict:
+                      lr: float = 0.01, seed: int | None = 0, val_split: str | None = None,
+                      wrap_batches: Callable[[Callable[[int], Iterable[tuple]]], Callable[[int], Iterable[tuple]]]
+                      | None = None, ceiling: bool = True, results_dir=None, **loader_config: Any) -> dict:
     """Train `task`'s model `steps` steps from `loader` (label_type blob), score the last batch, measure, report.
 
     Returns the report row with ``images_per_s``, ``ceiling``, ``ratio``, ``loss`` and the task's score.
+    With `val_split`, the trained model then scores that split once, read and decoded the same way
+    (``val_<score>``, ``val_samples``): a score on images it never trained on. `wrap_batches` wraps the
+    training batches (the tests' label scrambler); `seed`: the initial weights (`seeded_weights`).
     Extra keyword arguments are loader settings.
     """
     settings = settings_or_default(settings)
@@ -463,10 +468,13 @@ def train_blob_labels(task: BlobTask, dataset: str, settings=None, steps: int = 
                     defaults=task.defaults)
     dev, arch, size, batch_size, warmup = plan.device, plan.arch, plan.size, plan.batch_size, plan.warmup
     loader_config = {"label_type": "blob", **loader_config}
-    step = TrainStep(task.build_model(arch, num_classes), task.loss(), dev, lr=lr,
-                     make_batch=task.make_batch(size, num_classes, dev))
+    with seeded_weights(seed):
+        net = task.build_model(arch, num_classes)
+    step = TrainStep(net, task.loss(), dev, lr=lr, make_batch=task.make_batch(size, num_classes, dev))
     epochs = torch_loader_epochs(loader, settings, dataset, task.transform(size, num_classes), batch_size, workers,
                                  dev, **loader_config)
+    if wrap_batches is not None:
+        epochs = wrap_batches(epochs)
     last: list = []
 
     def keep(images, targets) -> None:
@@ -479,16 +487,40 @@ def train_blob_labels(task: BlobTask, dataset: str, settings=None, steps: int = 
     score_name, score_fn = task.score
     value = score_fn(step, *last)
     top = no_io_ceiling(step.clone(), batch_size, steps, warmup=warmup) if ceiling else math.nan
+    val: dict[str, Any] = {}
+    if val_split is not None:
+        val_epochs = torch_loader_epochs(loader, settings, dataset, task.transform(size, num_classes), batch_size,
+                                         workers, dev, **{**loader_config, "split": val_split, "shuffle": False})
+        val = score_split(score_fn, step, val_epochs(0), val_split, f"val_{score_name}")
 
     config = {"loader": loader, "dataset": dataset, "task": task.name, "model": arch, "size": size,
-              "num_classes": num_classes, "batch_size": batch_size, "steps": steps, "warmup": warmup,
+              "num_classes": num_classes, "batch_size": batch_size, "steps": steps, "warmup": warmup, "seed": seed,
               "device": str(dev), "amp": step.amp, "workers": workers, "loader_config": public_config(loader_config)}
     extra = {"loss": round(loss, 4), score_name: round(value, 4), "timed_images": meter.images,
-             "wall_seconds": round(wall, 2)}
+             "wall_seconds": round(wall, 2), **{k: round(v, 4) if isinstance(v, float) else v for k, v in val.items()}}
     row = report(f"{task.name}-{loader}", meter.images_per_s, top, config, results_dir, settings=settings,
                  extra=extra)
     return {**row, "images_per_s": meter.images_per_s, "ceiling": top, "ratio": ratio_of(meter.images_per_s, top),
-            "loss": loss, score_name: value}
+            "loss": loss, score_name: value, **val}
+
+
+def score_split(score_fn: Callable[..., float], step: TrainStep, batches: Iterable[tuple], split: str,
+                key: str) -> dict[str, Any]:
+    """{key: the mean of `score_fn(step, images, targets)` over one pass, weighted by images; val_samples}.
+
+    Both scores (pixel accuracy, exact match) are means over images of one size, so the weighted mean of the
+    batches' scores is the split's score.
+    """
+    total = seen = 0.0
+    for images, targets in batches:
+        total += score_fn(step, images, targets) * len(targets)
+        seen += len(targets)
+    if not seen:
+        from workbench.errors import WorkbenchError
+
+        raise WorkbenchError(f"the validation split {split!r} delivered no sample: ingest a source that has one "
+                             "(LearnableSyntheticSource) or pass another val_split")
+    return {key: total / seen, "val_split": split, "val_samples": int(seen)}
 
 
 def public_config(loader_config: dict[str, Any]) -> dict[str, Any]:
@@ -539,6 +571,8 @@ def blob_label_parser(prog: str, description: str, kind: str, num_classes_help: 
     p.add_argument("--num-classes", type=int, default=10, help=num_classes_help)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--val-split", default=None, help="then score this split once (LearnableSyntheticSource: val)")
+    p.add_argument("--seed", type=int, default=0, help="the model's initial weights (default 0)")
     add_run_flags(p)
     return p
 

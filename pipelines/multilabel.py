@@ -9,7 +9,8 @@ As in the cassandra-dali-plugin multilabel example, each label is a serialised n
 per class, ``BCEWithLogitsLoss``. The model is the classifier of `train_torch` (resnet50 + mixed
 precision on a GPU, resnet18 at 112 px on a CPU; ``--model tiny`` for a few-millisecond step). Any loader
 works (``--loader``) on a layout ingested with ``label_type=blob``. Reported: images/s, the ratio to the
-same model's no-I/O ceiling, the final loss and the exact-match ratio of the last batch.
+same model's no-I/O ceiling, the final loss and the exact-match ratio of the last batch; with ``--val-split`` also
+that split's (learnable data: `LearnableSyntheticSource(kind="multilabel")`, a disc per present class).
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ nearest-neighbour sampling and cropped exactly like its image. The model is a ti
 network on a CPU, torchvision's FCN-ResNet50 with mixed precision on a GPU; the loss is per-pixel
 cross-entropy. Any loader works (``--loader``), as long as its layout was ingested with
 ``label_type=blob``. Reported: images/s, the ratio to the same model's no-I/O ceiling, final loss and
-pixel accuracy of the last batch.
+pixel accuracy of the last batch; with ``--val-split`` also that split's (``synthetic:N`` masks are random, so
+learning shows only on `LearnableSyntheticSource(kind="segmentation")`, whose masks are in the pixels).
 """
 
 from __future__ import annotations

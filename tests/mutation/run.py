@@ -32,6 +32,7 @@ SEP = "ǁ"  # mutmut's separator in the names of methods' mutants: "pkg.mod.xǁC
 KILLED = frozenset({"killed", "timeout", "caught by type check"})
 # Statuses that mean the run did not judge the mutant: the run is incomplete, not a survivor.
 UNJUDGED = frozenset({"not checked", "check was interrupted by user", "skipped"})
+PLUGIN = "hypothesis_small"  # tests/mutation/hypothesis_small.py: the properties' small profile in mutation runs
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ MODULES: dict[str, ModuleSpec] = {
     # ShardSet's writing and scanning (threads, a Store's uploads) are the services tests' part.
     "layouts.shards": ModuleSpec(
         "workbench/layouts/shards.py",
+        # (test_shard_spans.py's properties run 25 examples here: the hypothesis_small plugin)
         tuple(UNIT + t for t in ("test_shard_spans.py", "test_shards_interop.py", "test_layouts_shards_mutants.py")),
         (_function("is_shard_key"), _method("_Listing"), _method("ShardSet", "_listing"),
          _method("ShardSet", "free_blocks"), _function("sample_item"), _function("_shown"), _function("shard_items"),
@@ -74,9 +76,10 @@ MODULES: dict[str, ModuleSpec] = {
          _function("_samples_of")),
     ),
     # The objects layout's pure logic: keys from names, manifest lines' encoding, which keys are samples.
+    # Not test_loader_fs.py or test_ingest_spark_plan.py: their ingests (0.5-30 s a test) made each mutant minutes.
     "layouts.objects": ModuleSpec(
         "workbench/layouts/objects.py",
-        tuple(UNIT + t for t in ("test_loader_fs.py", "test_layouts_objects_mutants.py")),
+        tuple(UNIT + t for t in ("test_parsers_never_crash.py", "test_layouts_objects_mutants.py")),
         (_function("object_key"), _function("manifest_key"), _function("_is_data_key"), _method("ObjectSet", "_live"),
          _method("ObjectSet", "manifest")),
     ),
@@ -176,7 +179,9 @@ def mutmut_section(spec: ModuleSpec, also_copy: list[str] = ()) -> str:
         "source_paths": ["workbench"],
         "only_mutate": [spec.path],
         "pytest_add_cli_args_test_selection": list(spec.tests),
-        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-m", "not services and not gpu and not cluster"],
+        # hypothesis_small (tests/mutation/, on PYTHONPATH): 25 derandomized examples a property, no deadline
+        "pytest_add_cli_args": ["-p", "no:cacheprovider", "-p", PLUGIN,
+                                "-m", "not services and not gpu and not cluster"],
         "use_git_change_detection": False,
         "also_copy": list(also_copy),
         # a mutant that loops (the simulated-time tests) is stopped after 5 x (its tests' time + 3 s) of wall time
@@ -232,7 +237,9 @@ def run_module(name: str, spec: ModuleSpec, jobs: int, keep: bool, log_dir: Path
     log = log_dir / f"{name}.log"
     try:
         _copy_tree(workdir, spec)
-        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        plugin_dir = str(Path(__file__).resolve().parent)  # where pytest's `-p hypothesis_small` imports it from
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
+               "PYTHONPATH": os.pathsep.join(p for p in (plugin_dir, os.environ.get("PYTHONPATH")) if p)}
         mutmut = [sys.executable, "-m", "mutmut"]
         with log.open("w") as out:
             subprocess.run([*mutmut, "run", "--max-children", str(jobs), *spec.patterns()], cwd=workdir, env=env,

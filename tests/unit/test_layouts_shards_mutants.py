@@ -15,15 +15,20 @@ from workbench.data import Item, ShardInfo, StoredSample, SyntheticSource, pack_
 from workbench.data.shard_spans import SpanTable
 from workbench.data.shards import spans_from_tar
 from workbench.errors import WorkbenchError
+from workbench.layouts import shards
 from workbench.layouts.shards import (
     PARTITION_BLOCK,
     ShardSet,
+    _entries,
+    _missing,
     _samples_of,
     _shown,
+    _wrong_size,
     fetch_items,
     is_shard_key,
     read_split_index,
     sample_item,
+    shard_items,
 )
 from workbench.storage import DirStore
 
@@ -162,3 +167,110 @@ def test_a_sample_read_as_pieces_is_named_by_its_tar_key_when_it_has_no_id(tmp_p
     with pytest.raises(WorkbenchError) as error:
         fetch_items(store, "train", info, "int")
     assert str(error.value).startswith(f"sample img-7 in {store.where}/train/shard-000000.tar has no 'uid' entry")
+
+
+# --------------------------------------------------------------------- the common case sliced or read as pieces
+
+J = b"\xff\xd8"
+COMMON = {  # two samples of like entries per label type, and the items they give
+    "int": ([("a.jpg", J + b"A"), ("a.cls", b"3"), ("a.uid", b"id-a"), ("b.jpg", J + b"B"), ("b.cls", b"12"),
+             ("b.uid", b"id-b")], [Item("id-a", 3, J + b"A"), Item("id-b", 12, J + b"B")]),
+    "blob": ([("a.jpg", J + b"A"), ("a.png", b"maskA"), ("a.uid", b"id-a"), ("b.jpg", J + b"B"),
+              ("b.png", b"maskB"), ("b.uid", b"id-b")],
+             [Item("id-a", b"maskA", J + b"A"), Item("id-b", b"maskB", J + b"B")]),
+    "none": ([("a.jpg", J + b"A"), ("a.uid", b"id-a"), ("b.jpg", J + b"B"), ("b.uid", b"id-b")],
+             [Item("id-a", None, J + b"A"), Item("id-b", None, J + b"B")]),
+}
+
+
+@pytest.fixture
+def fast_path_only(monkeypatch):
+    """The common case must not build entries dicts (the slow path `sample_item` takes): why it is sliced."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the common case went through the entries of the slow path")
+    monkeypatch.setattr(shards, "_entries", refuse)
+    monkeypatch.setattr(shards, "_piece_entries", refuse)
+
+
+@pytest.mark.parametrize("label_type", sorted(COMMON))
+def test_the_common_case_is_sliced_from_the_spans_at_any_base(fast_path_only, label_type):
+    members, expected = COMMON[label_type]
+    data = _tar(members)
+    spans = spans_from_tar(data)
+    assert shard_items(data, "w", label_type, spans) == expected
+    base = spans[1].start  # a ranged read from the second sample on
+    assert shard_items(data[base:], "w", label_type, spans[1:], base=base) == expected[1:]
+
+
+@pytest.mark.parametrize("label_type", sorted(COMMON))
+def test_the_common_case_is_read_from_pieces_without_entries(tmp_path, fast_path_only, label_type):
+    members, expected = COMMON[label_type]
+    store, info = _indexed(tmp_path, _tar(members))
+    assert fetch_items(store, "train", info, label_type) == expected
+
+
+def _indexed(tmp_path, data: bytes):
+    store = DirStore(tmp_path)
+    store.put("train/shard-000000.tar", data)
+    info = ShardInfo("shard-000000.tar", 2, len(data), "a", "b", spans_from_tar(data))
+    [info] = read_index(write_index([info]))
+    assert isinstance(info.members, SpanTable)
+    return store, info
+
+
+def test_a_missing_or_resized_shard_read_as_pieces_or_whole_is_named(tmp_path):
+    data = _tar(COMMON["int"][0])
+    store, info = _indexed(tmp_path, data)
+    where = f"{store.where}/train/shard-000000.tar"
+    for members in (info.members, None):  # as pieces, or one GET of the whole shard
+        shard = dataclasses.replace(info, members=members)
+        store.put("train/shard-000000.tar", data[:-512])
+        with pytest.raises(WorkbenchError) as error:
+            fetch_items(store, "train", shard, "int")
+        assert str(error.value) == str(_wrong_size(where, len(data) - 512, info))
+        store.delete(["train/shard-000000.tar"])
+        with pytest.raises(WorkbenchError) as error:
+            fetch_items(store, "train", shard, "int")
+        assert str(error.value) == str(_missing(where))
+
+
+OFF = [("a.jpg", J + b"A"), ("a.cls", b"3"), ("a.uid", b"id-a")]  # one common sample first: read from a base
+
+
+@pytest.mark.parametrize("second,message", [
+    ([("b.jpg", J + b"B"), ("b.cls", b"4")], "sample b in st/w.tar has no 'uid' entry: not a workbench shard"),
+    ([("b.uid", b"id-b"), ("b.jpg", J + b"B")], "sample id-b in st/w.tar has no image entry"),
+    ([("b.jpg", J + b"B"), ("b.cls", b"4"), ("b.uid", b"\xff\xfe")],
+     "sample b in st/w.tar: its 'uid' entry is not UTF-8 text: not a workbench shard"),
+])
+def test_a_sliced_sample_off_the_common_case_gets_the_slow_paths_error(second, message):
+    data = _tar([*OFF, *second])
+    spans = spans_from_tar(data)
+    with pytest.raises(WorkbenchError) as error:
+        shard_items(data[spans[1].start:], "st/w.tar", "int", spans[1:], base=spans[1].start)
+    assert str(error.value).startswith(message)
+
+
+def test_a_sliced_sample_with_a_bad_int_label_is_refused():
+    data = _tar([*OFF, ("b.jpg", J + b"B"), ("b.cls", b"x4"), ("b.uid", b"id-b")])
+    spans = spans_from_tar(data)
+    with pytest.raises(WorkbenchError, match="id-b"):
+        shard_items(data[spans[1].start:], "st/w.tar", "int", spans[1:], base=spans[1].start)
+
+
+def test_the_entries_of_a_sliced_sample_are_cut_from_its_base():
+    data = _tar([*OFF, ("b.jpg", J + b"B"), ("b.cls", b"4"), ("b.uid", b"id-b")])
+    span = spans_from_tar(data)[1]
+    assert _entries(data[span.start:], span, "w", span.start) == {
+        "__key__": "b", "__url__": "w", "jpg": J + b"B", "cls": b"4", "uid": b"id-b"}
+
+
+def test_a_parsed_shards_bad_sample_names_the_shard():
+    with pytest.raises(WorkbenchError, match=r"^sample b in st/w\.tar has no 'uid' entry"):
+        shard_items(_tar([*OFF, ("b.jpg", J + b"B")]), "st/w.tar", "int")
+
+
+def test_a_sample_from_no_shard_is_said_to_be_in_a_shard():
+    with pytest.raises(WorkbenchError) as error:
+        sample_item({"__key__": "k", "uid": b"id-k"}, "int")
+    assert str(error.value) == "sample id-k in a shard has no image entry"

@@ -167,3 +167,136 @@ def test_a_first_runs_intervals_are_recorded_rounded_too():
     assert all(latency == 64.12 for _, _, latency in window.measured), window.measured
     assert all(type(rate) is float and rate == round(rate, 1) and rate > 900 for _, rate, _ in window.measured)
     assert any(rate != round(rate) for _, rate, _ in window.measured), window.measured
+
+
+# ------------------------------------------------------------------- one decision at a time, on explicit numbers
+
+
+def _window(depth: int = 8, **state) -> AutoWindow:
+    """A window at `depth` past its ramp, with the given state (base latency, best rate...)."""
+    window = AutoWindow(clock=Clock(), start=depth, cap=64)
+    window.ramping = False
+    for name, value in state.items():
+        setattr(window, name, value)
+    return window
+
+
+@pytest.mark.parametrize("depth,peak,pace,latency,remaining,base,wider", [
+    (8, 8, 4000, 0.01, None, math.inf, 40),  # headroom 5: x5 (Little's law), under ramp_factor 8
+    (8, 8, 4000, 0.01, 20, math.inf, 20),  # never past the keys left
+    (8, 6, 24, 0.5, None, math.inf, 12),  # full at exactly min_fill x depth, headroom exactly latency_bound
+    (8, 8, 4000, 0.75, None, 0.5, 64),  # latency exactly latency_bound x base
+])
+def test_the_ramp_widens_by_its_headroom_while_full_and_not_queueing(depth, peak, pace, latency, remaining, base,
+                                                                      wider):
+    window = _window(depth, ramping=True, _peak_outstanding=peak, base_latency_s=base)
+    window._ramp(pace, latency, remaining)
+    assert (window.depth, window.ramping, window.history) == (wider, True, [depth, wider])
+
+
+@pytest.mark.parametrize("depth,peak,pace,latency,base,cap", [
+    (8, 5, 4000, 0.01, math.inf, 64),  # not full: the submitter limits the rate
+    (8, 8, 20, 0.5, math.inf, 64),  # headroom 1.25: nothing to gain
+    (8, 8, 4000, 0.8, 0.5, 64),  # latency 1.6 x the base: queueing
+    (8, 8, 4000, 0.01, math.inf, 8),  # at the cap
+    (1, 1, 4000, 0.01, math.inf, 64),  # a window of one request: the timed intervals take over
+])
+def test_the_ramp_ends_where_it_cannot_widen(depth, peak, pace, latency, base, cap):
+    window = _window(depth, ramping=True, _peak_outstanding=peak, base_latency_s=base, cap=cap)
+    window._ramp(pace, latency, None)
+    assert window.ramping is False and window.depth == depth and window.history == [depth]
+    assert window.base_latency_s == min(base, latency) and window.measured == [(depth, round(pace, 1), latency * 1000)]
+
+
+@pytest.mark.parametrize("rate,latency,base,best,remaining,depth", [
+    (1000, 0.008, math.inf, 0.0, None, 16),  # full, not queueing: x growth
+    (1000, 0.008, math.inf, 0.0, 12, 12),  # never past the keys left
+    (12, 0.5, math.inf, 0.0, None, 16),  # full at exactly min_fill x depth
+    (8, 0.75, 0.5, 0.0, None, 16),  # queueing exactly latency_bound
+    (10, 1.0, 0.5, 9.0, None, 16),  # queueing 2, but the rate gained over 5 %
+    (8, 1.0, 0.5, 1.0, None, 16),  # ... over a best rate below 1/s too
+    (10, 1.5, 0.5, 9.0, None, 16),  # queueing exactly max_queueing, with a gain
+])
+def test_an_interval_that_fills_the_window_widens_it(rate, latency, base, best, remaining, depth):
+    window = _window(8, base_latency_s=base, best_rate=best, _strikes=1)
+    window._decide(rate, latency, remaining)
+    assert (window.depth, window._strikes, window.settled, window.narrowing) == (depth, 0, False, False)
+
+
+@pytest.mark.parametrize("rate,latency,base,best", [
+    (500, 0.008, math.inf, 0.0),  # not full: 4 of 8 in flight
+    (8, 1.0, 0.5, 0.0),  # queueing 2, no best rate to gain over
+    (10, 1.0, 0.5, 100.0),  # queueing 2, no gain
+    (10.5, 1.0, 0.5, 10.0),  # queueing 2, a gain of exactly min_gain is none
+    (10.0, 1.0, 0.5, 10.0),
+    (10, 1.6, 0.5, 9.0),  # a gain, but queueing over max_queueing
+    (10, 0.0, 0.0, 0.0),  # no latency at all: nothing in flight
+])
+def test_an_interval_that_does_not_fill_or_queues_is_a_strike(rate, latency, base, best):
+    window = _window(8, base_latency_s=base, best_rate=best)
+    window._decide(rate, latency, None)
+    assert (window.depth, window._strikes, window.settled, window.narrowing) == (8, 1, False, False)
+
+
+def test_a_rate_equal_to_the_best_keeps_the_best_depth():
+    window = _window(8, base_latency_s=0.5, best_rate=10.0, best_depth=4)
+    window._decide(10.0, 1.0, None)
+    assert (window.best_rate, window.best_depth) == (10.0, 4)
+    window._decide(10.04, 1.0, None)
+    assert (window.best_rate, window.best_depth) == (10.04, 8)
+    assert window.measured[-1] == (8, 10.0, 1000.0)  # rates recorded to 0.1
+
+
+def test_after_patience_strikes_a_window_that_does_not_queue_settles():
+    window = _window(8, base_latency_s=0.5, best_rate=1.0, best_depth=8)
+    window._decide(1, 1.0 * 0.75, None)  # not full, queueing exactly latency_bound
+    assert (window._strikes, window.settled) == (1, False)
+    window._decide(1, 1.0 * 0.75, None)
+    assert (window._strikes, window.settled, window.narrowing, window.depth) == (2, True, False, 8)
+
+
+def test_after_patience_strikes_a_window_that_queues_narrows():
+    window = _window(8, base_latency_s=0.5, best_rate=1.0, best_depth=8, _strikes=1)
+    window._decide(1, 1.0, None)  # queueing 2; the round trip requires ceil(1 x 0.5) = 1
+    assert (window.narrowing, window.settled, window.depth, window.history) == (True, False, 4, [8, 4])
+
+
+def test_a_window_of_one_that_queues_settles_there():
+    window = _window(1, base_latency_s=0.5, best_rate=1.0, best_depth=1, _strikes=1)
+    window._decide(1, 1.0, None)
+    assert (window.narrowing, window.settled, window.depth) == (False, True, 1)
+
+
+@pytest.mark.parametrize("rate,queueing,depth,settled,best_depth", [
+    (95.0, 1.0, 8, True, 8),  # held the best rate within min_gain, no longer queueing: settles here
+    (94.9, 1.0, 16, True, 16),  # lost it: back to the best depth
+    (100.0, 2.0, 4, False, 8),  # held, still queueing: narrower
+    (100.0, 1.5, 8, True, 8),  # held, queueing exactly latency_bound: settles
+])
+def test_a_narrowing_window_keeps_what_held_the_rate(rate, queueing, depth, settled, best_depth):
+    window = _window(8, narrowing=True, best_rate=100.0, best_depth=16, base_latency_s=0.01)
+    window._narrow(rate, queueing)
+    assert (window.depth, window.settled, window.best_depth) == (depth, settled, best_depth)
+
+
+def test_a_narrowing_window_at_one_settles():
+    window = _window(1, narrowing=True, best_rate=100.0, best_depth=1, base_latency_s=0.001)
+    window._narrow(100.0, 2.0)
+    assert (window.depth, window.settled) == (1, True)
+
+
+def test_a_narrowing_window_is_judged_by_narrow():
+    window = _window(8, narrowing=True, best_rate=100.0, best_depth=16, base_latency_s=0.01)
+    window._decide(100.0, 0.02, None)  # queueing 2: narrower
+    assert (window.depth, window.settled, window.narrowing) == (4, False, True)
+
+
+def test_a_second_run_starts_its_recheck_afresh():
+    window = _window(8, settled=True, _runs=1, _submitted=5, _finished=4, _peak_outstanding=3, _strikes=2,
+                     _recheck_step=1, _recheck_before=3.0, _recheck_candidate=2.0, _recheck_sum=7.0, _recheck_seen=1)
+    window.begin(100)
+    assert (window._submitted, window._finished, window._peak_outstanding, window._strikes) == (0, 0, 0, 0)
+    assert window.settled is False and window.ramping is False and window.narrowing is False
+    assert window.rechecking is True and (window._recheck_from, window._recheck_depth) == (8, 8)
+    assert (window._recheck_step, window._recheck_before, window._recheck_candidate) == (-1, 0.0, 0.0)
+    assert (window._recheck_sum, window._recheck_seen) == (0.0, 0)

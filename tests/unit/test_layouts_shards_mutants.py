@@ -13,7 +13,7 @@ import pytest
 
 from workbench.data import Item, ShardInfo, StoredSample, SyntheticSource, pack_shards, read_index, write_index
 from workbench.data.shard_spans import SpanTable
-from workbench.data.shards import spans_from_tar
+from workbench.data.shards import span_key, spans_from_tar
 from workbench.errors import WorkbenchError
 from workbench.layouts import shards
 from workbench.layouts.shards import (
@@ -139,9 +139,7 @@ def test_a_sample_without_a_valid_id_is_skipped_and_named(caplog):
     with caplog.at_level(logging.WARNING, logger="workbench.layouts.shards"):
         got = list(_samples_of(bytes(damaged), "val", "w.tar", info))
     assert [s.id for s in got] == [s.id for s in samples if s is not samples[1]]
-    assert len(caplog.messages) == 1
-    assert caplog.messages[0].startswith("sample ") and caplog.messages[0].endswith(
-        " in w.tar has no valid 'id' entry: skipped")
+    assert caplog.messages == [f"sample {span_key(data, info.members[1])} in w.tar has no valid 'id' entry: skipped"]
 
 
 def _tar(members: list[tuple[str, bytes]]) -> bytes:

@@ -123,6 +123,7 @@ def test_the_recheck_times_each_depth_over_its_intervals_and_records_them_rounde
         assert rate == pytest.approx(1000 * (0.97 if depth == 32 else 1.0), rel=0.05)
     assert any(rate != round(rate) for _, rate, _ in rechecked)  # the tenths are kept
     assert window.depth == 64
+    assert window.settled and not window.rechecking
 
 
 def test_a_limit_learned_during_the_recheck_bounds_it():
@@ -300,3 +301,99 @@ def test_a_second_run_starts_its_recheck_afresh():
     assert window.rechecking is True and (window._recheck_from, window._recheck_depth) == (8, 8)
     assert (window._recheck_step, window._recheck_before, window._recheck_candidate) == (-1, 0.0, 0.0)
     assert (window._recheck_sum, window._recheck_seen) == (0.0, 0)
+
+
+@pytest.mark.parametrize("depth,best,base,narrower", [
+    (16, 100.0, 0.05, 8),  # the round trip requires 5: half the depth
+    (16, 100.0, 0.1, 10),  # it requires 10: no narrower
+    (3, 0.0, math.inf, 2),  # nothing measured: requires 1
+    (1, 0.0, math.inf, 1),  # never below 1
+])
+def test_the_next_depth_down_is_half_but_what_the_round_trip_requires(depth, best, base, narrower):
+    window = _window(depth, best_rate=best, base_latency_s=base)
+    assert window._narrower() == narrower
+
+
+@pytest.mark.parametrize("remaining,factor,wider", [(None, None, 16), (None, 3.0, 24), (12, None, 12), (3, None, 8)])
+def test_the_next_depth_up_is_growth_times_at_most_the_keys_left(remaining, factor, wider):
+    assert _window(8)._wider(remaining, factor) == wider
+
+
+def test_started_counts_what_is_in_flight_and_returns_the_clock():
+    clock = Clock()
+    window = AutoWindow(clock=clock, start=2)
+    window.begin(None)
+    clock.now = 5.0
+    assert [window.started() for _ in range(3)] == [5.0, 5.0, 5.0]
+    window.finished(5.0)
+    assert (window._submitted, window._finished, window._peak_outstanding) == (3, 1, 3)
+
+
+@pytest.mark.parametrize("total,started,decides", [(4, 4, False), (5, 4, True), (None, 4, True)])
+def test_the_tail_of_a_run_decides_nothing(total, started, decides):
+    """Once every request of the run was sent, completions only drain it: their rate says nothing."""
+    clock = Clock()
+    window = AutoWindow(clock=clock, start=2, min_interval_s=0.0)
+    window.begin(total)
+    for _ in range(started):
+        window.started()
+    for _ in range(2):
+        clock.now += 0.01
+        window.finished(clock.now - 0.01)
+    assert bool(window.measured) is decides, window.measured
+
+
+def test_a_stalled_window_counts_nothing_until_it_resumes():
+    clock = Clock()
+    window = AutoWindow(clock=clock, start=2, min_interval_s=0.0)
+    window.begin(None)
+    window.stall()
+    assert window._stalled is True
+    feed(window, clock, 4, latency_s=0.001, rate=1000)
+    assert window.measured == [] and window._count == 0
+    window.resume()
+    assert window._stalled is False
+    assert window._peak_outstanding == 0  # all 4 are back
+    feed(window, clock, 2, latency_s=0.001, rate=1000)
+    assert len(window.measured) == 1
+
+
+def _rechecking(depth: int = 8, step: int = -1, reference: int = 8, since: int = 8, before: float = 100.0,
+                candidate: float = 0.0) -> AutoWindow:
+    """A window re-checking from `since`, its reference timed at `before`, about to time `reference` again."""
+    return _window(depth, rechecking=True, _recheck_depth=reference, _recheck_from=since, _recheck_step=step,
+                   _recheck_before=before, _recheck_candidate=candidate)
+
+
+def _time(window: AutoWindow, rate: float) -> None:
+    for _ in range(window.recheck_intervals):
+        window._recheck(rate, 0.001, None)
+
+
+def test_a_narrower_candidate_as_fast_as_its_reference_is_kept_and_the_next_one_tried():
+    window = _rechecking(candidate=100.0)
+    _time(window, 100.0)  # the candidate at 4 read 100/s between two 100/s timings of 8: held
+    assert (window.depth, window._recheck_depth, window._recheck_step, window._recheck_before) == (2, 4, -1, 100.0)
+
+
+def test_the_first_narrower_candidate_slower_turns_the_recheck_wider():
+    window = _rechecking(candidate=90.0)
+    _time(window, 100.0)
+    assert (window.depth, window._recheck_depth, window._recheck_step, window._recheck_before) == (16, 8, 1, 100.0)
+    assert not window.rechecked
+
+
+def test_a_later_narrower_candidate_slower_ends_the_recheck_on_its_reference():
+    window = _rechecking(depth=4, reference=4, since=8, candidate=90.0)
+    _time(window, 100.0)
+    assert (window.depth, window.rechecked, window.settled, window.rechecking) == (4, True, True, False)
+
+
+@pytest.mark.parametrize("candidate,depth,reference,rechecked", [
+    (105.0, 8, 8, True),  # a gain of exactly min_gain is none: the re-check ends
+    (120.0, 32, 16, False),  # 20 %: 16 is kept, 32 tried next
+])
+def test_a_wider_candidate_is_kept_only_when_it_gains_over_min_gain(candidate, depth, reference, rechecked):
+    window = _rechecking(step=1, candidate=candidate)
+    _time(window, 100.0)
+    assert (window.depth, window._recheck_depth, window.rechecked) == (depth, reference, rechecked)

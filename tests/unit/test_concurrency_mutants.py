@@ -397,3 +397,63 @@ def test_a_wider_candidate_is_kept_only_when_it_gains_over_min_gain(candidate, d
     window = _rechecking(step=1, candidate=candidate)
     _time(window, 100.0)
     assert (window.depth, window._recheck_depth, window.rechecked) == (depth, reference, rechecked)
+
+
+def test_an_auto_window_starts_unmeasured_at_its_start_with_its_defaults():
+    window = AutoWindow(start=6)
+    assert (window.cap, window.growth, window.min_gain, window.patience, window.min_interval_s) == (
+        AUTO_CAP, 2.0, 0.05, 2, 0.1)
+    assert (window.latency_bound, window.max_queueing, window.min_fill, window.ramp_factor) == (1.5, 3.0, 0.75, 8.0)
+    assert (window.depth, window.history, window.best_depth, window.best_rate, window.measured) == (6, [6], 6, 0.0, [])
+    assert window.ramping is True and window.settled is False and window.narrowing is False
+    assert window.rechecking is False and window.rechecked is False and window._stalled is False
+    assert (window._recheck_depth, window._recheck_from, window._recheck_step) == (6, 6, -1)
+    assert (window._recheck_before, window._recheck_candidate) == (0.0, 0.0)
+    assert (window._total, window._submitted, window._finished, window._peak_outstanding) == (None, 0, 0, 0)
+    assert (window._t0, window._count, window._latency_sum, window._changed_at) == (None, 0, 0.0, -math.inf)
+    assert window.base_latency_s == math.inf
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"start": 0}, "need 1 <= start <= cap, got start 0, cap 512"),
+    ({"start": 9, "cap": 8}, "need 1 <= start <= cap, got start 9, cap 8"),
+    ({"growth": 1.0}, "growth must be > 1, got 1.0"),
+])
+def test_a_bad_auto_window_is_one_line_naming_its_values(options, message):
+    with pytest.raises(ValueError) as error:
+        AutoWindow(**options)
+    assert str(error.value) == message
+
+
+def test_a_window_given_is_the_window_used_and_anything_else_is_named():
+    window = FixedWindow(3)
+    assert make_window(window) is window
+    with pytest.raises(ValueError) as error:
+        make_window("many")
+    assert str(error.value) == "concurrency must be a positive number or 'auto', got 'many'"
+
+
+def test_a_recheck_from_one_turns_wider_at_once():
+    window = _rechecking(depth=1, reference=1, since=1, before=0.0)
+    _time(window, 100.0)  # the reference's first timing: no narrower candidate below 1
+    assert (window.depth, window._recheck_step, window._recheck_before, window.rechecking) == (2, 1, 100.0, True)
+    assert _rechecking(reference=2)._recheck_next() == 1
+
+
+def test_a_limit_of_one_or_of_the_depth_itself():
+    window = _window(8, _recheck_from=8)
+    window.limit(8)
+    assert (window.depth, window._changed_at, window._recheck_from) == (8, -math.inf, 8)
+    window.limit(0)
+    assert (window.cap, window.depth, window._recheck_from) == (1, 1, 1)
+
+
+def test_the_peak_in_flight_is_what_was_sent_less_what_came_back():
+    clock = Clock()
+    window = AutoWindow(clock=clock, start=8)
+    window.begin(None)
+    for _ in range(3):
+        window.started()
+    window.finished(0.0)
+    window.started()
+    assert window._peak_outstanding == 3

@@ -457,3 +457,16 @@ def test_the_peak_in_flight_is_what_was_sent_less_what_came_back():
     window.finished(0.0)
     window.started()
     assert window._peak_outstanding == 3
+
+
+def test_a_decision_near_the_end_of_a_run_never_widens_past_the_keys_left():
+    clock = Clock()
+    window = AutoWindow(clock=clock, start=8, min_interval_s=0.0)
+    window.ramping = False
+    window.begin(12)
+    sent = [window.started() for _ in range(9)]  # 3 keys left
+    for started in sent[:8]:
+        clock.now = started + 0.008
+        window.finished(started)
+        clock.now += 0.001
+    assert len(window.measured) == 1 and window.depth == 8, (window.measured, window.history)

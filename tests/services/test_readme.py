@@ -15,6 +15,9 @@ from typer.testing import CliRunner
 from workbench.backends import Backend
 from workbench.cli import app
 
+# the python blocks run against the stack: `make unit` (-m "not services") must leave them out
+pytestmark = pytest.mark.services
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 FENCE = re.compile(r"^```(?P<lang>\w*)\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)

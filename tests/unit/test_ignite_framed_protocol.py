@@ -152,12 +152,17 @@ def test_the_installed_pyignite_is_one_it_was_written_for():
     check_pyignite_version()
 
 
-def test_another_installed_pyignite_is_refused_and_its_protocol_left_alone(monkeypatch):
+@pytest.mark.parametrize("framed_before", [False, True], ids=["fresh-process", "framed-before"])
+def test_another_installed_pyignite_is_refused_and_its_protocol_left_alone(monkeypatch, framed_before):
+    # framed-before: an earlier loader in the same process framed pyignite already (CI's one pytest process did).
     from pyignite.connection import aio_connection
 
     from workbench.clients.ignite import framing
 
     original = aio_connection.BaseProtocol
+    if framed_before and not getattr(original, "framed", False):
+        original = framing.framed_protocol()
+        original.framed = True
     monkeypatch.setattr(aio_connection, "BaseProtocol", original)
     monkeypatch.setattr(framing, "installed_pyignite", lambda: "0.7.1")
     with pytest.raises(WorkbenchError, match=r"^pyignite 0\.7\.1 is installed"):

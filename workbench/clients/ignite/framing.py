@@ -105,10 +105,10 @@ def use_framed_protocol() -> None:
     written for, and pyignite's own protocol stays if its shape changed."""
     from pyignite.connection import aio_connection
 
+    check_pyignite_version()  # first: a process that framed pyignite before still refuses another version
     base = aio_connection.BaseProtocol
     if getattr(base, "framed", False):
         return
-    check_pyignite_version()
     if not _known_shape(base):
         log.warning("pyignite's asyncio protocol has changed: answers are received by pyignite's own framing")
         return

@@ -91,10 +91,10 @@ mutation: venv
 
 # Everything but the multi-node clusters (each starts servers of its own: about 20 minutes on 2 cores).
 test: stack-up test-tools
-	$(BIN)/python -m pytest -m "not cluster" --durations=25
+	$(BIN)/python -m pytest -m "not cluster" --durations=60
 
 test-cluster: stack-up test-tools
-	$(BIN)/python -m pytest -m cluster --durations=10
+	$(BIN)/python -m pytest -m cluster --durations=20
 
 unit: venv test-tools
 	$(BIN)/python -m pytest -m "not services and not gpu"

@@ -94,12 +94,17 @@ MODULES: dict[str, ModuleSpec] = {
         "workbench/bench/points.py",
         tuple(UNIT + t for t in ("test_clients_axis.py", "test_sweep_config.py", "test_bench_points_mutants.py")),
     ),
-    # The windows only: in_flight, InFlight and the event loop thread are threads, tested with their users.
-    "concurrency": ModuleSpec(
-        "workbench/concurrency.py",
-        tuple(UNIT + t for t in ("test_auto_window.py", "test_shard_window.py", "test_concurrency_mutants.py")),
-        (_method("FixedWindow"), _method("AutoWindow"), _function("make_window"), _function("parse_concurrency"),
+    # The windows a config asks for (RoundTripWindow, in_flight, InFlight and the threads are tested with
+    # their users, on real servers), and the self-sizing window, whole.
+    "concurrency.windows": ModuleSpec(
+        "workbench/concurrency/windows.py",
+        tuple(UNIT + t for t in ("test_shard_window.py", "test_concurrency_mutants.py")),
+        (_method("FixedWindow"), _function("make_window"), _function("parse_concurrency"),
          _function("pool_size"), _function("fixed_depth"), _function("budget_depth")),
+    ),
+    "concurrency.auto_window": ModuleSpec(
+        "workbench/concurrency/auto_window.py",
+        tuple(UNIT + t for t in ("test_auto_window.py", "test_shard_window.py", "test_concurrency_mutants.py")),
     ),
     "loaders.order": ModuleSpec(
         "workbench/loaders/order.py",

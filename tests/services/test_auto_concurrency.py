@@ -129,7 +129,7 @@ def test_a_shard_reader_adds_the_gets_a_long_round_trip_holds(stack, shard_datas
     name, ids = shard_dataset
     with make_loader("s3-shards", stack, dataset=name) as source:
         largest = max(info.bytes for info in source.shards())
-    with unittest.mock.patch("workbench.concurrency.READ_BUDGET", 4 * largest):
+    with unittest.mock.patch("workbench.concurrency.windows.READ_BUDGET", 4 * largest):
         near, near_history = _epoch(stack, "s3-shards", name, rtt_ms=0, shuffle_buffer=0)
         far, far_history = _epoch(stack, "s3-shards", name, rtt_ms=50, shuffle_buffer=0)
     assert sorted(near) == sorted(far) == ids

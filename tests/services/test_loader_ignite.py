@@ -248,7 +248,7 @@ def test_an_auto_window_holds_at_most_the_read_budget_of_batches(stack, data):
     budget = 7 * 4 * sum(len(s.data) for s in data.train.values()) // len(data.train)
     with make_loader("ignite", stack, dataset=data.name, get_batch=4) as loader:
         loader._window = AutoWindow(start=16, cap=AUTO_CAP)
-        with unittest.mock.patch("workbench.concurrency.READ_BUDGET", budget):
+        with unittest.mock.patch("workbench.concurrency.windows.READ_BUDGET", budget):
             items = list(loader)  # in order: batches are consecutive runs of 4
         history, cap = loader.window_history, loader._window.cap
     batches = [items[i:i + 4] for i in range(0, len(items), 4)]

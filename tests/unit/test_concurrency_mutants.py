@@ -17,6 +17,7 @@ from workbench.concurrency import (
     READ_BUDGET,
     AutoWindow,
     FixedWindow,
+    Phase,
     budget_depth,
     make_window,
     parse_concurrency,
@@ -63,8 +64,8 @@ def test_the_read_budget_sets_the_depth_of_big_requests():
 
 
 def test_auto_checks_how_full_the_window_is_unless_the_submitter_reports_its_stalls():
-    assert make_window(AUTO).min_fill == 0.75
-    assert make_window(AUTO, reports_stalls=True).min_fill == 0.0
+    assert make_window(AUTO).params.min_fill == 0.75
+    assert make_window(AUTO, reports_stalls=True).params.min_fill == 0.0
 
 
 def test_auto_windows_of_big_requests_have_whole_depths_of_at_least_one():
@@ -176,7 +177,7 @@ def test_a_first_runs_intervals_are_recorded_rounded_too():
 def _window(depth: int = 8, **state) -> AutoWindow:
     """A window at `depth` past its ramp, with the given state (base latency, best rate...)."""
     window = AutoWindow(clock=Clock(), start=depth, cap=64)
-    window.ramping = False
+    window.phase = Phase.GROW
     for name, value in state.items():
         setattr(window, name, value)
     return window
@@ -190,7 +191,7 @@ def _window(depth: int = 8, **state) -> AutoWindow:
 ])
 def test_the_ramp_widens_by_its_headroom_while_full_and_not_queueing(depth, peak, pace, latency, remaining, base,
                                                                       wider):
-    window = _window(depth, ramping=True, _peak_outstanding=peak, base_latency_s=base)
+    window = _window(depth, phase=Phase.RAMP, _peak_outstanding=peak, base_latency_s=base)
     window._ramp(pace, latency, remaining)
     assert (window.depth, window.ramping, window.history) == (wider, True, [depth, wider])
 
@@ -203,7 +204,7 @@ def test_the_ramp_widens_by_its_headroom_while_full_and_not_queueing(depth, peak
     (1, 1, 4000, 0.01, math.inf, 64),  # a window of one request: the timed intervals take over
 ])
 def test_the_ramp_ends_where_it_cannot_widen(depth, peak, pace, latency, base, cap):
-    window = _window(depth, ramping=True, _peak_outstanding=peak, base_latency_s=base, cap=cap)
+    window = _window(depth, phase=Phase.RAMP, _peak_outstanding=peak, base_latency_s=base, cap=cap)
     window._ramp(pace, latency, None)
     assert window.ramping is False and window.depth == depth and window.history == [depth]
     assert window.base_latency_s == min(base, latency) and window.measured == [(depth, round(pace, 1), latency * 1000)]
@@ -275,25 +276,25 @@ def test_a_window_of_one_that_queues_settles_there():
     (100.0, 1.5, 8, True, 8),  # held, queueing exactly latency_bound: settles
 ])
 def test_a_narrowing_window_keeps_what_held_the_rate(rate, queueing, depth, settled, best_depth):
-    window = _window(8, narrowing=True, best_rate=100.0, best_depth=16, base_latency_s=0.01)
+    window = _window(8, phase=Phase.NARROW, best_rate=100.0, best_depth=16, base_latency_s=0.01)
     window._narrow(rate, queueing)
     assert (window.depth, window.settled, window.best_depth) == (depth, settled, best_depth)
 
 
 def test_a_narrowing_window_at_one_settles():
-    window = _window(1, narrowing=True, best_rate=100.0, best_depth=1, base_latency_s=0.001)
+    window = _window(1, phase=Phase.NARROW, best_rate=100.0, best_depth=1, base_latency_s=0.001)
     window._narrow(100.0, 2.0)
     assert (window.depth, window.settled) == (1, True)
 
 
 def test_a_narrowing_window_is_judged_by_narrow():
-    window = _window(8, narrowing=True, best_rate=100.0, best_depth=16, base_latency_s=0.01)
+    window = _window(8, phase=Phase.NARROW, best_rate=100.0, best_depth=16, base_latency_s=0.01)
     window._decide(100.0, 0.02, None)  # queueing 2: narrower
     assert (window.depth, window.settled, window.narrowing) == (4, False, True)
 
 
 def test_a_second_run_starts_its_recheck_afresh():
-    window = _window(8, settled=True, _runs=1, _submitted=5, _finished=4, _peak_outstanding=3, _strikes=2,
+    window = _window(8, phase=Phase.SETTLED, _runs=1, _submitted=5, _finished=4, _peak_outstanding=3, _strikes=2,
                      _recheck_step=1, _recheck_before=3.0, _recheck_candidate=2.0, _recheck_sum=7.0, _recheck_seen=1)
     window.begin(100)
     assert (window._submitted, window._finished, window._peak_outstanding, window._strikes) == (0, 0, 0, 0)
@@ -361,12 +362,12 @@ def test_a_stalled_window_counts_nothing_until_it_resumes():
 def _rechecking(depth: int = 8, step: int = -1, reference: int = 8, since: int = 8, before: float = 100.0,
                 candidate: float = 0.0) -> AutoWindow:
     """A window re-checking from `since`, its reference timed at `before`, about to time `reference` again."""
-    return _window(depth, rechecking=True, _recheck_depth=reference, _recheck_from=since, _recheck_step=step,
+    return _window(depth, phase=Phase.RECHECK, _recheck_depth=reference, _recheck_from=since, _recheck_step=step,
                    _recheck_before=before, _recheck_candidate=candidate)
 
 
 def _time(window: AutoWindow, rate: float) -> None:
-    for _ in range(window.recheck_intervals):
+    for _ in range(window.params.recheck_intervals):
         window._recheck(rate, 0.001, None)
 
 
@@ -401,9 +402,10 @@ def test_a_wider_candidate_is_kept_only_when_it_gains_over_min_gain(candidate, d
 
 def test_an_auto_window_starts_unmeasured_at_its_start_with_its_defaults():
     window = AutoWindow(start=6)
-    assert (window.cap, window.growth, window.min_gain, window.patience, window.min_interval_s) == (
-        AUTO_CAP, 2.0, 0.05, 2, 0.1)
-    assert (window.latency_bound, window.max_queueing, window.min_fill, window.ramp_factor) == (1.5, 3.0, 0.75, 8.0)
+    p = window.params
+    assert (window.cap, p.growth, p.min_gain, p.patience, p.min_interval_s) == (AUTO_CAP, 2.0, 0.05, 2, 0.1)
+    assert (p.latency_bound, p.max_queueing, p.min_fill, p.ramp_factor) == (1.5, 3.0, 0.75, 8.0)
+    assert (p.recheck_interval_s, p.recheck_intervals, window.phase) == (0.05, 2, Phase.RAMP)
     assert (window.depth, window.history, window.best_depth, window.best_rate, window.measured) == (6, [6], 6, 0.0, [])
     assert window.ramping is True and window.settled is False and window.narrowing is False
     assert window.rechecking is False and window.rechecked is False and window._stalled is False
@@ -462,7 +464,7 @@ def test_the_peak_in_flight_is_what_was_sent_less_what_came_back():
 def test_a_decision_near_the_end_of_a_run_never_widens_past_the_keys_left():
     clock = Clock()
     window = AutoWindow(clock=clock, start=8, min_interval_s=0.0)
-    window.ramping = False
+    window.phase = Phase.GROW
     window.begin(12)
     sent = [window.started() for _ in range(9)]  # 3 keys left
     for started in sent[:8]:

@@ -22,8 +22,8 @@ RESULTS = """\
     workbench.loaders.order.xǁShardResumeǁitems__mutmut_3: timeout
     workbench.loaders.order.xǁShardResumeǁitems__mutmut_4: no tests
     workbench.loaders.order.x_epoch_order__mutmut_7: not checked
-    workbench.concurrency.xǁAutoWindowǁ_decide__mutmut_1: killed
-    workbench.concurrency.x_in_flight__mutmut_1: survived
+    workbench.concurrency.windows.xǁFixedWindowǁ__init____mutmut_1: killed
+    workbench.concurrency.windows.xǁRoundTripWindowǁfinished__mutmut_1: survived
     ⠋ 3/7  🎉 1 🫥 0
 Saved CI/CD stats
 """
@@ -46,9 +46,9 @@ def test_a_row_counts_killed_and_timeouts_as_caught_and_leaves_unjudged_out_of_t
 
 def test_a_scoped_module_counts_only_the_functions_in_its_scope():
     statuses = run.parse_results(RESULTS)
-    row = run.tally("concurrency", statuses, run.MODULES["concurrency"])
-    assert (row.mutants, row.killed) == (1, 1)  # in_flight is not a window: out of scope
-    assert run.survivors(statuses, run.MODULES["concurrency"]) == []
+    row = run.tally("concurrency.windows", statuses, run.MODULES["concurrency.windows"])
+    assert (row.mutants, row.killed) == (1, 1)  # RoundTripWindow is tested with its users: out of scope
+    assert run.survivors(statuses, run.MODULES["concurrency.windows"]) == []
     assert run.survivors(statuses, run.MODULES["loaders.order"]) == [
         "workbench.loaders.order.x_take_shard__mutmut_2", "workbench.loaders.order.xǁShardResumeǁitems__mutmut_4"]
 
@@ -62,7 +62,8 @@ def test_the_table_has_one_row_per_module_with_its_score():
 
 def test_every_module_maps_to_its_source_and_existing_unit_tests():
     assert set(run.MODULES) >= {"layouts.shards", "layouts.objects", "data.shard_spans", "data.splits",
-                                "bench.points", "concurrency", "loaders.order", "loaders.resume"}
+                                "bench.points", "concurrency.windows", "concurrency.auto_window", "loaders.order",
+                                "loaders.resume"}
     for name, spec in run.MODULES.items():
         assert (ROOT / spec.path).is_file(), name
         assert spec.dotted == "workbench." + name
@@ -74,11 +75,12 @@ def test_every_module_maps_to_its_source_and_existing_unit_tests():
 
 def test_patterns_are_the_whole_module_or_its_scope():
     assert run.MODULES["data.splits"].patterns() == ["workbench.data.splits.*"]
-    patterns = run.MODULES["concurrency"].patterns()
-    assert "workbench.concurrency.xǁAutoWindowǁ*__mutmut_*" in patterns
-    assert "workbench.concurrency.x_make_window__mutmut_*" in patterns
-    assert run.in_scope("workbench.concurrency.xǁFixedWindowǁ__init____mutmut_2", run.MODULES["concurrency"])
-    assert not run.in_scope("workbench.concurrency.xǁRoundTripWindowǁfinished__mutmut_2", run.MODULES["concurrency"])
+    assert run.MODULES["concurrency.auto_window"].patterns() == ["workbench.concurrency.auto_window.*"]
+    windows = run.MODULES["concurrency.windows"]
+    assert "workbench.concurrency.windows.xǁFixedWindowǁ*__mutmut_*" in windows.patterns()
+    assert "workbench.concurrency.windows.x_make_window__mutmut_*" in windows.patterns()
+    assert run.in_scope("workbench.concurrency.windows.xǁFixedWindowǁ__init____mutmut_2", windows)
+    assert not run.in_scope("workbench.concurrency.windows.xǁRoundTripWindowǁfinished__mutmut_2", windows)
 
 
 def test_the_mutmut_section_mutates_one_file_against_its_tests():

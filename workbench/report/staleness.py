@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # the code a measurement depends on: a commit touching any of these makes older results stale
+# (workbench/concurrency.py: the package's one module before it was split, so older commits count too)
 MEASURED_CODE = ("workbench/loaders", "workbench/backends", "workbench/layouts", "workbench/storage",
-                 "workbench/clients", "workbench/bench", "workbench/concurrency.py", "workbench/net",
-                 "workbench/adapters", "native", "ceilings")
+                 "workbench/clients", "workbench/bench", "workbench/concurrency", "workbench/concurrency.py",
+                 "workbench/net", "workbench/adapters", "native", "ceilings")
 KEPT_FILE = "KEPT"
 UNKNOWN = "unknown"
 GIT_TIMEOUT_S = 20

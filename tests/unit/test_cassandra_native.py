@@ -14,7 +14,7 @@ import pytest
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders import make_loader
-from workbench.loaders.cassandra import CassandraConfig
+from workbench.loaders.cassandra_config import CassandraConfig
 from workbench.stack.tls import ensure_certificates
 
 acsylla = pytest.importorskip("acsylla")

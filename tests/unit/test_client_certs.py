@@ -13,10 +13,11 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key, p
 from pydantic import SecretStr
 
 from workbench.clients.cassandra import cassandra_ssl_context, stack_tls
+from workbench.clients.cassandra_connection import own_certificate, ssl_context
 from workbench.clients.tls import client_certificate_problem, handshake_types, stack_client_certificate
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
-from workbench.loaders.cassandra import CassandraConfig, own_certificate, ssl_context
+from workbench.loaders.cassandra_config import CassandraConfig
 from workbench.stack.cassandra import Cassandra
 from workbench.stack.tls import (
     ClientCertificates,

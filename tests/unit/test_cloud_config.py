@@ -11,11 +11,12 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from pydantic import SecretStr
 
+from workbench.clients.cassandra_connection import login_of, tls_of, where_of
 from workbench.clients.cloud_bundle import read_bundle
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders import make_loader
-from workbench.loaders.cassandra import CassandraConfig, login_of, tls_of, where_of
+from workbench.loaders.cassandra_config import CassandraConfig
 from workbench.stack.tls import ensure_certificates
 
 CONFIG = {"host": "db.example", "port": 29080, "keyspace": "ks", "localDC": "dc1"}

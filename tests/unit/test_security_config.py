@@ -230,7 +230,8 @@ def test_clients_trust_only_the_stack_ca_and_check_the_host(clean_env):
 
 
 def test_the_cassandra_loader_defaults_to_the_stacks_tls(clean_env):
-    from workbench.loaders.cassandra import CassandraConfig, ssl_context, tls_of
+    from workbench.clients.cassandra_connection import ssl_context, tls_of
+    from workbench.loaders.cassandra_config import CassandraConfig
 
     settings = _settings(clean_env, tls=True)
     ensure_certificates(settings)
@@ -246,7 +247,7 @@ def test_the_cassandra_loader_defaults_to_the_stacks_tls(clean_env):
 
 
 def test_the_plugin_gets_the_stack_ca_when_tls_is_left_to_settings(clean_env):
-    from workbench.loaders.cassandra import Layout
+    from workbench.layouts.cassandra_tables import Layout
     from workbench.loaders.cassandra_plugin import CassandraPluginConfig, CassandraPluginLoader
 
     settings = _settings(clean_env, tls=True, cassandra_username="workbench", cassandra_password="pw" * 12)

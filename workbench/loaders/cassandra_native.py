@@ -32,26 +32,22 @@ from workbench.clients.cassandra import (
     open_native_session,
 )
 from workbench.clients.cassandra import native_connect_error as connect_error  # noqa: F401 - its old home
-from workbench.concurrency import AUTO, EventLoopThread, HasWindow, Window, fixed_depth, make_window, pool_size
-from workbench.config import Settings
-from workbench.errors import WorkbenchError, first_line
-from workbench.loaders.base import Item, Loader, LoaderConfig
-from workbench.loaders.cassandra import (
-    ID_FETCH_SIZE,
+from workbench.clients.cassandra_connection import (
     PROTOCOL_VERSION,
-    CassandraConfig,
-    FreshConnections,
-    Layout,
     bundle_of,
-    check_label_type,
     endpoints,
     login_of,
     own_certificate,
-    resolve_layout,
     ssl_context,
     tls_of,
     where_of,
 )
+from workbench.concurrency import AUTO, EventLoopThread, HasWindow, Window, fixed_depth, make_window, pool_size
+from workbench.config import Settings
+from workbench.errors import WorkbenchError, first_line
+from workbench.layouts.cassandra_tables import ID_FETCH_SIZE, Layout, check_label_type
+from workbench.loaders.base import Item, Loader, LoaderConfig
+from workbench.loaders.cassandra_config import CassandraConfig, FreshConnections, resolve_layout
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.retry import RetryPolicy, is_transient
 

@@ -20,17 +20,12 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
+from workbench.clients.cassandra_connection import endpoints, own_certificate, tls_of
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line, with_type
 from workbench.loaders.base import Item, LoaderConfig
-from workbench.loaders.cassandra import (
-    CassandraConfig,
-    CassandraLoader,
-    endpoints,
-    own_certificate,
-    resolve_layout,
-    tls_of,
-)
+from workbench.loaders.cassandra import CassandraLoader
+from workbench.loaders.cassandra_config import CassandraConfig, resolve_layout
 
 PLUGIN_MODULE = "crs4.cassandra_utils"
 PLUGIN_LIBRARY = "libcrs4cassandra.so"  # installed two levels above crs4/cassandra_utils/

@@ -195,3 +195,25 @@ def test_a_varied_topology_column_is_a_grid_column():
 def test_the_question_heads_the_page(latency):
     page, _ = latency
     assert f"Question: {LATENCY_QUESTION}" in unescape(page.read_text())
+
+
+def test_every_registered_loader_says_what_a_request_is_and_a_new_one_brings_its_own():
+    from workbench.loaders.base import Loader, RequestModel
+    from workbench.loaders.registry import LOADERS, loader_class, register_loader
+
+    for name in LOADERS:
+        assert isinstance(loader_class(name).request_model, RequestModel), name
+
+    class Batched(Loader):  # a loader no report module knows: its class is the only place that says it
+        name, backend = "batched-test", "fs"
+        request_model = RequestModel("one batch of `get_batch` keys", per_request="batch_keys", window="concurrency")
+
+    register_loader("batched-test", Batched)
+    try:
+        assert "batched-test: one batch of `get_batch` keys, `concurrency` in flight" in little.describe(
+            ["batched-test"])
+        Batched.request_model = RequestModel("reads local files", per_request=None)
+        assert little.describe(["batched-test"]) == "batched-test: no bound (reads local files)"
+        assert little.bound({"loader": "batched-test", "concurrency": 8}) is None
+    finally:
+        LOADERS.pop("batched-test")

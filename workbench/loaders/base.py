@@ -19,6 +19,7 @@ import itertools
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -60,6 +61,16 @@ class LoaderConfig(BaseModel):
         return self
 
 
+@dataclass(frozen=True)
+class RequestModel:
+    """What one request of a loader is, for the Little's-law bound a report draws (workbench/report/little.py):
+    in words, how many samples it carries, and where its window comes from."""
+
+    what: str  # in words: one request; with per_request None, why the loader gets no bound
+    per_request: str | None = "sample"  # "sample", "shard", a config field giving keys per request; None: no bound
+    window: str | int = "concurrency"  # "concurrency" (the sweep's axis), another config field, or a fixed number
+
+
 class Loader(ABC):
     """One strategy of reading one backend's layout; the class attributes describe it to bench, sweep and chaos."""
 
@@ -71,6 +82,8 @@ class Loader(ABC):
     # Config overrides for `workbench chaos`: small request windows, so requests are in flight when a fault
     # strikes. None: this loader is not part of the chaos soak.
     chaos_window: ClassVar[dict[str, Any] | None] = None
+    # What one request is, for reports' Little's-law bound (None: the report says it has no model for it).
+    request_model: ClassVar[RequestModel | None] = None
 
     @classmethod  # noqa: B027 - an optional hook: doing nothing is the default
     def prepare_dataset(cls, settings: Settings, dataset: str, source: Any) -> None:

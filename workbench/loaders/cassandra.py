@@ -29,7 +29,7 @@ from workbench.concurrency import HasWindow, fixed_depth, in_flight, make_window
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.layouts.cassandra_tables import Layout, list_ids, prepare
-from workbench.loaders.base import Item, Loader, LoaderConfig
+from workbench.loaders.base import Item, Loader, LoaderConfig, RequestModel
 from workbench.loaders.cassandra_config import CassandraConfig, FreshConnections, resolve_layout
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.retry import RetryPolicy, is_transient, policy_of
@@ -50,6 +50,7 @@ class CassandraLoader(FreshConnections, HasWindow, Loader):
     """This shard's rows, `concurrency` asynchronous reads in flight, `prefetch_buffers` batches ahead."""
 
     name = "cassandra-py"
+    request_model = RequestModel("one single-partition SELECT (one sample)")
     chaos_window: ClassVar[dict[str, Any] | None] = {"concurrency": 4, "batch_size": 8, "prefetch_buffers": 1}
     backend = "cassandra"
     Config = CassandraConfig

@@ -46,7 +46,7 @@ from workbench.concurrency import AUTO, EventLoopThread, HasWindow, Window, fixe
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
 from workbench.layouts.cassandra_tables import ID_FETCH_SIZE, Layout, check_label_type
-from workbench.loaders.base import Item, Loader, LoaderConfig
+from workbench.loaders.base import Item, Loader, LoaderConfig, RequestModel
 from workbench.loaders.cassandra_config import CassandraConfig, FreshConnections, resolve_layout
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.retry import RetryPolicy, is_transient
@@ -183,6 +183,7 @@ class CassandraNativeLoader(FreshConnections, HasWindow, Loader):
     """This shard's rows through acsylla, `concurrency` reads in flight, `prefetch_buffers` batches ahead."""
 
     name = "cassandra"
+    request_model = RequestModel("one single-partition SELECT (one sample)")
     backend = "cassandra"
     chaos_window: ClassVar[dict[str, Any] | None] = {"concurrency": 4, "batch_size": 8, "prefetch_buffers": 1}
     Config = CassandraConfig

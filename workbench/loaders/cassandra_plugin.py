@@ -23,7 +23,7 @@ from pydantic import Field, model_validator
 from workbench.clients.cassandra_connection import endpoints, own_certificate, tls_of
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line, with_type
-from workbench.loaders.base import Item, LoaderConfig
+from workbench.loaders.base import Item, LoaderConfig, RequestModel
 from workbench.loaders.cassandra import CassandraLoader
 from workbench.loaders.cassandra_config import CassandraConfig, resolve_layout
 
@@ -96,6 +96,7 @@ class CassandraPluginLoader(CassandraLoader):
     """fn.crs4.cassandra in a DALI pipeline; ids, shards and epochs as the 'cassandra' loader computes them."""
 
     name = "cassandra-plugin"
+    request_model = RequestModel("the plugin's C++ reader decides what is in flight", per_request=None)
     benchmarked_by_default = False  # the plugin wheel needs CPython 3.12 and a GPU machine
     chaos_window = None
     backend = "cassandra"

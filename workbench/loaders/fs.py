@@ -44,7 +44,7 @@ from workbench.data import ShardInfo, read_index
 from workbench.errors import WorkbenchError
 from workbench.layouts.objects import JOURNAL, MANIFEST, SIDECAR
 from workbench.layouts.shards import INDEX, shard_items
-from workbench.loaders.base import Item, Loader, LoaderConfig
+from workbench.loaders.base import Item, Loader, LoaderConfig, RequestModel
 from workbench.loaders.order import effective_shard, epoch_order, resume_shards, shuffle_buffer, take_shard
 from workbench.storage.native_ext import load_extension
 
@@ -115,6 +115,7 @@ def _packed(strings: list[str]) -> tuple[str, np.ndarray]:
 
 class FilesystemLoader(PicklesWithoutLocks, Loader):
     name = "fs"
+    request_model = RequestModel("reads local files: no round trip to bound it", per_request=None)
     backend = "fs"
     Config = FilesystemLoaderConfig
     config: FilesystemLoaderConfig

@@ -87,7 +87,7 @@ from workbench.concurrency import (
 )
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line
-from workbench.loaders.base import Item, Loader, LoaderConfig
+from workbench.loaders.base import Item, Loader, LoaderConfig, RequestModel
 from workbench.loaders.order import effective_shard, epoch_order, shuffle_buffer, take_shard
 from workbench.loaders.retry import RetryConfig, is_transient, policy_of
 
@@ -179,6 +179,7 @@ class IgniteLoaderConfig(LoaderConfig, RetryConfig):
 
 class IgniteLoader(HasWindow, Loader):
     name = "ignite"
+    request_model = RequestModel("one get_all of `get_batch` keys", per_request="get_batch")
     chaos_window: ClassVar[dict[str, Any] | None] = {"concurrency": 2, "get_batch": 8}
     backend = "ignite"
     Config = IgniteLoaderConfig

@@ -44,7 +44,7 @@ from workbench.config import Settings
 from workbench.data.sample import int_label
 from workbench.errors import WorkbenchError
 from workbench.layouts.objects import MANIFEST
-from workbench.loaders.base import Item, LoaderConfig
+from workbench.loaders.base import Item, LoaderConfig, RequestModel
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.retry import RetryConfig, policy_of
 from workbench.loaders.s3_location import S3Location
@@ -115,6 +115,7 @@ class S3ObjectsLoader(HasWindow, S3StoreLoader):
     """One GET per sample, `concurrency` of them in flight."""
 
     name = "s3-objects"
+    request_model = RequestModel("one GET of one object (one sample)")
     chaos_window: ClassVar[dict[str, Any] | None] = {"concurrency": 4}
     backend = "s3-objects"
     Config = S3ObjectsConfig
@@ -247,6 +248,7 @@ class S3NaiveLoader(S3ObjectsLoader):
     """The same GETs, one at a time and in order, nothing prefetched: one round trip per sample."""
 
     name = "s3-naive"
+    request_model = RequestModel("one GET of one object, one at a time", window=1)
     chaos_window: ClassVar[dict[str, Any] | None] = {}
 
     def __init__(self, settings: Settings, config: LoaderConfig, worker_id: int = 0, num_workers: int = 1,

@@ -61,7 +61,7 @@ from workbench.data import ShardInfo, read_shard
 from workbench.data.shards import slice_shard
 from workbench.errors import WorkbenchError
 from workbench.layouts.shards import INDEX, fetch_items, fetch_shard, read_split_index, reserve_items, sample_item
-from workbench.loaders.base import Item, Loader, LoaderConfig
+from workbench.loaders.base import Item, Loader, LoaderConfig, RequestModel
 from workbench.loaders.order import effective_shard, epoch_order, resume_shards, shuffle_buffer, take_shard
 from workbench.loaders.retry import RetryConfig, policy_of
 from workbench.loaders.s3_location import S3Location
@@ -144,6 +144,8 @@ class S3ShardsLoader(HasWindow, S3StoreLoader):
     """Streams the split's tar shards from S3: shard-level split and order, sample-level shuffle buffer."""
 
     name = "s3-shards"
+    request_model = RequestModel("one GET of a whole shard (the sweep's concurrency does not apply)",
+                                 per_request="shard", window="parallel_shards")
     chaos_window: ClassVar[dict[str, Any] | None] = {"parallel_shards": 2, "shuffle_buffer": 0}
     backend = "s3-shards"
     Config = S3ShardsConfig

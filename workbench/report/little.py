@@ -2,11 +2,11 @@
 
 A reader with W requests in flight, each carrying k samples and taking at least one round trip, delivers at most
 W·k / RTT samples/s (throughput = requests in flight / time per request). The bound is honest only if W and k
-are what the loader really does, so both come from here, per loader, and the plot's note says them in words:
-the sweep's `concurrency` is not the window of every loader (s3-shards keeps `parallel_shards` shard GETs in
-flight, "auto" by default, webdataset one stream per reader, s3-naive one GET at a time), and one request is one
-sample for the object loaders but a whole shard, or a get_all of several keys, for others. Each DataLoader worker
-has its own loader, so its own window.
+are what the loader really does, so both come from the loader's class (`Loader.request_model`: a new loader
+brings its own), and the plot's note says them in words: the sweep's `concurrency` is not the window of every
+loader (s3-shards keeps `parallel_shards` shard GETs in flight, "auto" by default, webdataset one stream per
+reader, s3-naive one GET at a time), and one request is one sample for the object loaders but a whole shard, or
+a get_all of several keys, for others. Each DataLoader worker has its own loader, so its own window.
 """
 
 from __future__ import annotations
@@ -15,36 +15,19 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from workbench.loaders.base import RequestModel
 from workbench.loaders.registry import loader_class
 
 SHARD_ENTRY_OVERHEAD = 2048  # tar headers and padding per sample in a shard (3 members x 512 B, rounded up)
 
 
-@dataclass(frozen=True)
-class RequestModel:
-    """One request of a loader: in words, how many samples it carries, and where its window comes from."""
-
-    what: str
-    per_request: str  # "sample", "shard", or the loader config field giving keys per request
-    window: str | int  # "concurrency" (the sweep's axis), another loader config field, or a fixed number
-
-
-REQUESTS: dict[str, RequestModel] = {
-    "cassandra": RequestModel("one single-partition SELECT (one sample)", "sample", "concurrency"),
-    "cassandra-py": RequestModel("one single-partition SELECT (one sample)", "sample", "concurrency"),
-    "s3-objects": RequestModel("one GET of one object (one sample)", "sample", "concurrency"),
-    "s3torchconnector": RequestModel("one GET of one object (one sample)", "sample", "concurrency"),
-    "s3-naive": RequestModel("one GET of one object, one at a time", "sample", 1),
-    "ignite": RequestModel("one get_all of `get_batch` keys", "get_batch", "concurrency"),
-    "s3-shards": RequestModel("one GET of a whole shard (the sweep's concurrency does not apply)", "shard",
-                              "parallel_shards"),
-    "webdataset": RequestModel("one streamed GET of a whole shard, one at a time per reader", "shard", 1),
-}
-NO_BOUND = {
-    "fs": "reads local files: no round trip to bound it",
-    "mosaic-streaming": "streaming's own download threads decide what is in flight, not a window of ours",
-    "cassandra-plugin": "the plugin's C++ reader decides what is in flight",
-}
+def request_model(loader: str) -> RequestModel | None:
+    """What one request of `loader` is: its class says (`Loader.request_model`); None for an unknown loader
+    or one whose module does not import here."""
+    try:
+        return loader_class(loader).request_model
+    except Exception:  # an unknown loader, a loader whose module does not import here
+        return None
 
 
 @dataclass(frozen=True)
@@ -95,8 +78,8 @@ def samples_per_shard(row: Any) -> float | None:
 
 def bound(row: Any) -> Bound | None:
     """The loader's Little's-law bound at this point, None when it has none (local, auto window, unknown)."""
-    model = REQUESTS.get(str(row.get("loader")))
-    if model is None:
+    model = request_model(str(row.get("loader")))
+    if model is None or model.per_request is None:
         return None
     if model.window == "concurrency":
         window = _number(row.get("concurrency"))  # None for "auto": its window is measured, not set
@@ -120,10 +103,12 @@ def describe(loaders: list[str]) -> str:
     """One sentence per loader: what a request is, or why it gets no bound."""
     parts = []
     for loader in loaders:
-        if loader in REQUESTS:
-            model = REQUESTS[loader]
+        model = request_model(loader)
+        if model is None:
+            parts.append(f"{loader}: no bound (no request model for this loader)")
+        elif model.per_request is None:
+            parts.append(f"{loader}: no bound ({model.what})")
+        else:
             window = f"{model.window} in flight" if isinstance(model.window, int) else f"`{model.window}` in flight"
             parts.append(f"{loader}: {model.what}, {window}")
-        else:
-            parts.append(f"{loader}: no bound ({NO_BOUND.get(loader, 'no request model for this loader')})")
     return "; ".join(parts)

@@ -71,7 +71,7 @@ from workbench.concurrency import PicklesWithoutLocks
 from workbench.config import Settings
 from workbench.errors import WorkbenchError, with_type
 from workbench.layouts.common import check_split
-from workbench.loaders.base import Item, LoaderConfig
+from workbench.loaders.base import Item, LoaderConfig, RequestModel
 from workbench.loaders.order import effective_shard
 from workbench.loaders.peers import Peer, trust_stack_ca
 from workbench.storage import S3Store
@@ -266,6 +266,8 @@ class MosaicStreamingPeer(PicklesWithoutLocks, Peer):
     """A StreamingDataset of the MDS copy, one per loader instance, pinned to this reader's partition."""
 
     name = "mosaic-streaming"
+    request_model = RequestModel("streaming's own download threads decide what is in flight, not a window of ours",
+                                 per_request=None)
     backend = "s3-shards"  # where the dataset is ingested first; the MDS copy is written beside it
     Config = MosaicConfig
     config: MosaicConfig

@@ -48,7 +48,7 @@ from workbench.config import Settings
 from workbench.data.sample import int_label
 from workbench.errors import WorkbenchError, with_type
 from workbench.layouts.objects import JOURNAL, MANIFEST
-from workbench.loaders.base import Item, LoaderConfig
+from workbench.loaders.base import Item, LoaderConfig, RequestModel
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.peers import Peer, trust_stack_ca
 from workbench.loaders.s3_location import S3Location
@@ -79,6 +79,7 @@ class S3TorchConnectorPeer(PicklesWithoutLocks, HasWindow, Peer):
     """``S3MapDataset`` of the split's objects (ids from the layout's journal), `concurrency` reads in flight."""
 
     name = "s3torchconnector"
+    request_model = RequestModel("one GET of one object (one sample)")
     backend = "s3-objects"
     Config = S3TorchConnectorConfig
     config: S3TorchConnectorConfig

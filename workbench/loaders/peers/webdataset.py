@@ -43,7 +43,7 @@ from workbench.config import Settings
 from workbench.data import ID_ENTRY, META_ENTRIES, ShardInfo, entry_label
 from workbench.errors import WorkbenchError
 from workbench.layouts.shards import read_split_index
-from workbench.loaders.base import Item, LoaderConfig
+from workbench.loaders.base import Item, LoaderConfig, RequestModel
 from workbench.loaders.order import effective_shard, epoch_order, take_shard
 from workbench.loaders.peers import Peer, trust_stack_ca
 from workbench.loaders.s3_location import S3Location
@@ -66,6 +66,8 @@ class WebDatasetPeer(PicklesWithoutLocks, Peer):
     """``wds.WebDataset`` over presigned URLs of our shards; split and shard order are ours."""
 
     name = "webdataset"
+    request_model = RequestModel("one streamed GET of a whole shard, one at a time per reader", per_request="shard",
+                                 window=1)
     backend = "s3-shards"
     Config = WebDatasetConfig
     config: WebDatasetConfig

@@ -13,12 +13,10 @@ from rich.table import Table
 
 from workbench.backends import backend_class, make_backend
 from workbench.bench.ingest import ALL_BACKENDS, bench_ingest
-from workbench.bench.loaders import MOST_RUNS_PER_ROUND, ROUND_SECONDS, WARMUP_EPOCHS, bench_loaders
-from workbench.bench.rss import bench_rss
+from workbench.bench.loaders import MOST_RUNS_PER_ROUND, ROUND_SECONDS, WARMUP_EPOCHS
 from workbench.bench.s3_clients import DEFAULT_DATASET as S3_CLIENTS_DATASET
 from workbench.bench.s3_clients import run as bench_s3_clients
 from workbench.bench.s3_clients import table_lines
-from workbench.bench.sweep import run_sweep
 from workbench.bench.sweep_config import load_sweep_config
 from workbench.catalog import catalog_path
 from workbench.chaos import chaos_command
@@ -30,12 +28,15 @@ from workbench.cli_netns import app as netns_app
 from workbench.cli_options import key_values
 from workbench.cli_report import app as results_app
 from workbench.cli_study import app as study_app
-from workbench.concurrency import parse_concurrency
 from workbench.config import Settings, cluster_topology, ensure_credentials, get_settings, write_settings
 from workbench.data import make_split, parse_ratios, parse_source
 from workbench.errors import WorkbenchError
+from workbench.experiments import SPEC_FILE, ExperimentSpec, experiment_kind, load_spec, make_spec
+from workbench.experiments import run as run_experiment
+from workbench.experiments.loaders import LoadersSpec
+from workbench.experiments.rss import RssSpec
+from workbench.experiments.sweep import SweepSpec
 from workbench.ingest import BadImagesError, ingest, read_catalog, verify
-from workbench.loaders import default_loaders
 from workbench.report import build_report
 from workbench.results import RUNS, check_writable
 from workbench.stack import down, logs, provision, status, up
@@ -354,22 +355,9 @@ def bench_loaders_command(
 ) -> None:
     """Every loader vs its backend's native ceiling (a compiled client), at each round-trip time."""
 
-    names = loader or default_loaders()
-    rows = bench_loaders(get_settings(), names, count, mean_kb, parse_concurrency(concurrency), rtt_ms or [0.0, 50.0],
-                         repeats, results_dir, items=items, warmup_epochs=warmup_epochs, round_seconds=round_seconds)
-    table = Table("loader", "backend", "RTT ms", "samples/s", "min", "max", "MB/s", "/ ceiling", "its min-max",
-                  "/ own 0 ms", "CPU µs/sample", "window", "warm-up epochs",
-                  title=f"loaders vs native ceilings: {count} x {mean_kb:.0f} KB, concurrency {concurrency}, "
-                  f"median of {repeats} rounds of at least {round_seconds:g} s each (a ratio is taken within a round)")
-    for r in rows:
-        table.add_row(r["loader"], r["backend"], f"{r['rtt_ms']:.0f}", f"{r['samples_per_s']:.0f}",
-                      f"{r['samples_per_s_min']:.0f}", f"{r['samples_per_s_max']:.0f}", f"{r['mb_per_s']:.1f}",
-                      f"{r['ratio_to_ceiling']:.2f}",
-                      f"{r['ratio_to_ceiling_min']:.2f}-{r['ratio_to_ceiling_max']:.2f}",
-                      f"{r['ratio_to_0ms']:.2f}", f"{r['cpu_us_per_sample']:.0f}",
-                      str(r.get("window") or ""), str(r.get("warmup_epochs") or ""))
-    console.print(table)
-    console.print(f"results: {results_dir}")
+    _run_spec(make_spec(LoadersSpec, "bench loaders", loaders=loader, count=count, mean_kb=mean_kb,
+                        concurrency=concurrency, rtt_ms=rtt_ms, repeats=repeats, results_dir=results_dir,
+                        items=items, warmup_epochs=warmup_epochs, round_seconds=round_seconds))
 
 
 @bench_app.command("rss")
@@ -384,19 +372,8 @@ def bench_rss_command(
 ) -> None:
     """Each loader's peak RSS reading a whole epoch of datasets of different sizes: flat, or growing with them
     (the smallest is also read for as many samples as each bigger one: reads of equal length)."""
-    counts = count or [2000, 20000]
-    rows = bench_rss(get_settings(), loader or default_loaders(), counts, mean_kb, parse_concurrency(concurrency),
-                     repeats, results_dir)
-    table = Table("loader", "backend", "dataset size", "epochs", "peak RSS MB", "min", "max", "RSS before reading",
-                  "/ smallest once", "/ smallest, same samples", "widest window",
-                  title=f"peak RSS vs dataset size: {mean_kb:.0f} KB samples, median of {repeats} fresh processes")
-    for r in rows:
-        same = r["rss_ratio_same_samples"]
-        table.add_row(r["loader"], r["backend"], str(r["count"]), str(r["epochs"]), f"{r['peak_rss_mb']:.0f}",
-                      f"{r['peak_rss_mb_min']:.0f}", f"{r['peak_rss_mb_max']:.0f}", f"{r['start_rss_mb']:.0f}",
-                      f"{r['rss_ratio']:.2f}", "" if same is None else f"{same:.2f}", r["widest_window"])
-    console.print(table)
-    console.print(f"results: {results_dir}")
+    _run_spec(make_spec(RssSpec, "bench rss", loaders=loader, counts=count, mean_kb=mean_kb, concurrency=concurrency,
+                        repeats=repeats, results_dir=results_dir))
 
 
 @bench_app.command("s3-clients")
@@ -422,10 +399,30 @@ def sweep_command(
     cfg = load_sweep_config(config)  # invalid configs fail here, before anything runs
     check_writable(results_root / cfg.name)
     console.print(f"sweep {cfg.name}: {len(cfg.points())} points x {cfg.repetitions} repetitions")
-    folder = run_sweep(get_settings(), cfg, results_root)
-    console.print(f"results: {folder}")
-    if report:
-        report_command(folder)
+    _run_spec(make_spec(SweepSpec, "sweep", sweep=cfg, results_dir=results_root, report=report))
+
+
+@app.command("run")
+def run_command(
+    spec: Annotated[Path, typer.Argument(help="an experiment spec (YAML with a kind: loaders, rss, sweep); "
+                                              "a result folder's spec.yaml remakes it")],
+    override: Annotated[list[str] | None, typer.Option(
+        "-o", "--override", help="key=value, repeatable (dotted keys reach sections)")] = None,
+) -> None:
+    """Run one experiment spec: every field checked before anything runs; the spec is written beside its results."""
+
+    _run_spec(load_spec(spec, override or []))
+
+
+def _run_spec(spec: ExperimentSpec) -> None:
+    """What every preset and `run` do: run the spec, print its summary and where its results (and spec) are."""
+    outcome = run_experiment(spec, get_settings())
+    kind = experiment_kind(spec.kind)
+    if kind.summary is not None:
+        console.print(kind.summary(spec, outcome))
+    console.print(f"results: {outcome.folder} (spec: {outcome.folder / SPEC_FILE})")
+    if outcome.report is not None:
+        console.print(f"report: {outcome.report}")
 
 
 @app.command("report")

@@ -1,0 +1,62 @@
+"""One runner for every experiment: a preset command and `workbench run` of the spec it wrote make the same rows.
+
+Real servers: `bench loaders` on fs (the smallest real run: its Go ceiling and toxiproxy's round trip included).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from workbench.cli import app
+from workbench.experiments import SPEC_FILE, load_spec
+
+pytestmark = pytest.mark.services
+
+PRESET = ["bench", "loaders", "--loader", "fs", "--count", "20", "--mean-kb", "4", "--rtt-ms", "0", "--repeats", "1",
+          "--warmup-epochs", "0", "--round-seconds", "0", "--concurrency", "4"]
+
+
+def rows_of(folder):
+    """The rows of the one bench-loaders result in `folder` (its json file)."""
+    [result] = sorted(folder.glob("loaders-*.json"))
+    return json.loads(result.read_text())["rows"]
+
+
+def shape(rows):
+    """What must be equal between two runs of one spec: which readers ran where, and the fields of each row
+    (the numbers are timings)."""
+    return sorted((r["loader"], r["backend"], r["rtt_ms"], tuple(sorted(r))) for r in rows)
+
+
+def test_a_preset_writes_its_spec_and_running_that_spec_makes_the_same_rows(stack, tmp_path):
+    first, second = tmp_path / "preset", tmp_path / "again"
+    ran = CliRunner().invoke(app, [*PRESET, "--results-dir", str(first)], terminal_width=200)
+    assert ran.exit_code == 0, ran.output
+    assert f"spec: {first / SPEC_FILE}" in ran.output.replace("\n", "")
+    spec = load_spec(first / SPEC_FILE)
+    assert (spec.kind, spec.loaders, spec.count, spec.rtt_ms, spec.concurrency) == ("loaders", ["fs"], 20, [0.0], 4)
+
+    again = CliRunner().invoke(app, ["run", str(first / SPEC_FILE), "-o", f"results_dir={second}"],
+                               terminal_width=200)
+    assert again.exit_code == 0, again.output
+    assert shape(rows_of(second)) == shape(rows_of(first)) and len(rows_of(first)) == 2  # fs and its ceiling
+    remade = yaml.safe_load((second / SPEC_FILE).read_text())
+    assert remade == {**yaml.safe_load((first / SPEC_FILE).read_text()), "results_dir": str(second)}
+
+
+def test_a_bad_spec_runs_nothing_and_a_failed_run_writes_no_spec(stack, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: loaders\nloaders: [fs]\nrtt_ms: [-5]\n")
+    refused = CliRunner().invoke(app, ["run", str(bad)], terminal_width=300)
+    assert refused.exit_code != 0 and "'rtt_ms.0': Input should be greater than or equal to 0" in str(
+        refused.exception or refused.output)
+
+    folder = tmp_path / "failed"
+    failed = CliRunner().invoke(app, [*PRESET, "--results-dir", str(folder), "--loader", "fs"],
+                                env={"WORKBENCH_TOXIPROXY_PORT": "1"}, terminal_width=200)
+    assert failed.exit_code != 0
+    assert not (folder / SPEC_FILE).exists() and not list(folder.glob("loaders-*"))

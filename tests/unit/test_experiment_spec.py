@@ -1,0 +1,104 @@
+"""Experiment specs (workbench/experiments): read, validated before anything runs, written back, overridden."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from workbench.bench.sweep_config import load_sweep_config
+from workbench.errors import WorkbenchError
+from workbench.experiments import KINDS, experiment_kind, load_spec, make_spec
+from workbench.experiments.loaders import LoadersSpec
+from workbench.experiments.rss import RssSpec
+from workbench.experiments.sweep import SweepSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("spec", [
+    LoadersSpec(loaders=["fs", "s3-objects"], rtt_ms=[0, 10], count=50, concurrency=8, results_dir=Path("out/a")),
+    RssSpec(counts=[20, 200], concurrency="auto", results_dir=Path("out/b")),
+    SweepSpec(sweep=load_sweep_config(ROOT / "notebooks" / "sweeps" / "demo.yaml"), results_dir=Path("out/c"),
+              report=False),
+], ids=["loaders", "rss", "sweep"])
+def test_a_written_spec_reads_back_equal(spec, tmp_path):
+    back = load_spec(write(tmp_path, spec.to_yaml()))
+    assert back == spec and type(back) is type(spec)
+    if isinstance(spec, SweepSpec):
+        assert back.sweep.points() == spec.sweep.points()
+
+
+def test_every_kind_names_its_own_spec_and_run():
+    for name in KINDS:
+        kind = experiment_kind(name)
+        assert kind.name == name and kind.Spec.model_fields["kind"].default == name and callable(kind.run)
+
+
+def test_a_spec_is_frozen():
+    spec = LoadersSpec()
+    with pytest.raises(ValueError):
+        spec.count = 5
+
+
+def test_overrides_set_fields_and_sections_with_yaml_values(tmp_path):
+    path = write(tmp_path, "kind: sweep\nsweep:\n  name: s\n  loaders: [fs]\n  network:\n    rtt_ms: [0]\n")
+    spec = load_spec(path, ["sweep.network.rtt_ms=[0, 5]", "report=false", "sweep.repetitions=2"])
+    assert spec.sweep.network.rtt_ms == [0, 5] and spec.report is False and spec.sweep.repetitions == 2
+    assert load_spec({"kind": "loaders"}, ["loaders=[fs]", "concurrency=16"]).concurrency == 16
+
+
+@pytest.mark.parametrize("text,overrides,message", [
+    ("kind: loaders\ncount: 5\n", [], r"^{f}:2 'count': Input should be greater than or equal to 10$"),
+    ("kind: loaders\nconcurency: 8\n", [],
+     r"^{f}:2 unknown field 'concurency' \(valid: kind, results_dir, loaders, concurrency, count, .*\)$"),
+    ("kind: loaders\nloaders: [fs, nope]\n", [], r"^{f}:2 'loaders': unknown loader nope \(valid: cassandra, .*\)$"),
+    ("kind: loaders\nconcurrency: many\n", [],
+     r"^{f}:2 'concurrency': concurrency 'many': give a number of requests in flight \(1 to 1024\) or 'auto'$"),
+    ("kind: loader\n", [], r"^{f}:1 unknown kind 'loader': give one of loaders, rss, sweep \(kind: loaders\)$"),
+    ("count: 10\n", [], r"^{f} no 'kind': give one of loaders, rss, sweep"),
+    ("kind: rss\ncounts: [100, 5]\n", [], r"^{f}:2 'counts.1': Input should be greater than or equal to 10$"),
+    ("kind: sweep\nsweep:\n  name: s\n  loaders: [fs]\n  network:\n    rtt_ms: [-1]\n", [],
+     r"^{f}:6 'sweep.network.rtt_ms.0': Input should be greater than or equal to 0$"),
+    ("kind: sweep\nsweep:\n  name: s\n  loaders: [fs]\n  netwrk: 1\n", [],
+     r"^{f}:5 unknown field 'sweep.netwrk' \(valid: name, .*network.*\)$"),
+    ("kind: loaders\n", ["repeats"], r"^override 'repeats': write it as key=value \(e.g. -o repeats=5\)$"),
+    ("kind: loaders\n", ["repeats=[1"], r"^override 'repeats=\[1': the value is not valid YAML$"),
+    ("- kind: loaders\n", [], r"^spec {f}: expected a mapping with a 'kind', got list$"),
+    ("kind: [loaders\n", [], r"^spec {f} is not valid YAML: "),
+])
+def test_a_bad_spec_is_one_line_naming_the_field_its_line_and_the_choices(tmp_path, text, overrides, message):
+    path = write(tmp_path, text)
+    with pytest.raises(WorkbenchError) as refused:
+        load_spec(path, overrides)
+    assert "\n" not in str(refused.value)
+    assert re.search(message.format(f=re.escape(str(path))), str(refused.value)), str(refused.value)
+
+
+def test_a_missing_spec_file_says_so(tmp_path):
+    with pytest.raises(WorkbenchError, match=r"^spec .*nothing.yaml does not exist: give the path of a YAML spec"):
+        load_spec(tmp_path / "nothing.yaml")
+
+
+def test_a_preset_builds_its_spec_from_flags_and_refuses_bad_ones_in_one_line():
+    spec = make_spec(LoadersSpec, "bench loaders", loaders=None, count=20, rtt_ms=None, concurrency="32")
+    assert spec == LoadersSpec(count=20, concurrency=32)
+    assert spec.loaders is None and spec.rtt_ms == [0.0, 50.0]  # unset flags keep the spec's defaults
+    with pytest.raises(WorkbenchError, match=r"^bench loaders 'concurrency': concurrency 'lots'"):
+        make_spec(LoadersSpec, "bench loaders", concurrency="lots")
+
+
+def test_the_committed_example_specs_are_valid():
+    specs = sorted((ROOT / "specs").glob("*.yaml"))
+    assert specs, "specs/ holds an example of each kind"
+    assert {yaml.safe_load(p.read_text())["kind"] for p in specs} == set(KINDS)
+    for path in specs:
+        load_spec(path)

@@ -1,0 +1,64 @@
+"""One experiment spec, one runner: ``workbench run SPEC.yaml [-o key=value ...]``.
+
+A spec is a YAML file with a `kind`; each kind is one module here (its frozen spec model and its run) and one
+line in `KINDS`. `load_spec` validates the whole spec before anything runs (a wrong field is one line naming it,
+its line in the file and the valid choices); `run` runs it and writes it into the result folder as spec.yaml,
+so the folder can be remade from it (``workbench run results/<folder>/spec.yaml``). The commands `bench
+loaders`, `bench rss` and `sweep` are presets: they build a spec from their flags and run it here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from workbench.config import Settings
+from workbench.errors import WorkbenchError
+from workbench.experiments.kind import Kind, Outcome
+from workbench.experiments.spec import SPEC_FILE, ExperimentSpec, apply_overrides, read_yaml, validate
+from workbench.registry import Registry
+from workbench.results import check_writable
+
+KINDS = Registry("experiment kind", {
+    "loaders": "workbench.experiments.loaders:KIND",
+    "rss": "workbench.experiments.rss:KIND",
+    "sweep": "workbench.experiments.sweep:KIND",
+})
+
+
+def experiment_kind(name: str) -> Kind:
+    return KINDS.resolve(name)  # type: ignore[return-value]
+
+
+def load_spec(source: Path | str | dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> ExperimentSpec:
+    """The spec in `source` (a YAML file, or its mapping) with `overrides` applied, validated by its kind."""
+    if isinstance(source, dict):
+        raw, lines, where = source, {}, "spec"
+    else:
+        raw, lines = read_yaml(Path(source))
+        where = str(source)
+    raw = apply_overrides(raw, list(overrides))
+    kind = raw.get("kind")
+    if kind not in KINDS:
+        line = lines.get(("kind",))
+        place = f"{where}:{line}" if line else where
+        found = f"unknown kind {kind!r}" if "kind" in raw else "no 'kind'"
+        raise WorkbenchError(f"{place} {found}: give one of {', '.join(KINDS)} (kind: loaders)")
+    return validate(experiment_kind(kind).Spec, raw, where, lines)
+
+
+def make_spec(model: type[ExperimentSpec], where: str = "command line", **fields: Any) -> ExperimentSpec:
+    """A preset's spec from its flags (None: the spec's default), one line per bad value, as for a file."""
+    return validate(model, {k: v for k, v in fields.items() if v is not None}, where, {})
+
+
+def run(spec: ExperimentSpec, settings: Settings | None = None) -> Outcome:
+    """Run `spec`; once it has run, its folder holds it as spec.yaml (a failed run writes none)."""
+    check_writable(spec.results_dir)
+    outcome = experiment_kind(spec.kind).run(settings or Settings(), spec)
+    (outcome.folder / SPEC_FILE).write_text(spec.to_yaml())
+    return outcome
+
+
+__all__ = ["KINDS", "SPEC_FILE", "ExperimentSpec", "Kind", "Outcome", "experiment_kind", "load_spec", "make_spec",
+           "run"]

@@ -12,7 +12,6 @@ from rich.console import Console
 from rich.table import Table
 
 from workbench.backends import backend_class, make_backend
-from workbench.bench.ingest import ALL_BACKENDS, bench_ingest
 from workbench.bench.loaders import MOST_RUNS_PER_ROUND, ROUND_SECONDS, WARMUP_EPOCHS
 from workbench.bench.s3_clients import DEFAULT_DATASET as S3_CLIENTS_DATASET
 from workbench.bench.s3_clients import run as bench_s3_clients
@@ -33,6 +32,7 @@ from workbench.data import make_split, parse_ratios, parse_source
 from workbench.errors import WorkbenchError
 from workbench.experiments import SPEC_FILE, ExperimentSpec, experiment_kind, load_spec, make_spec
 from workbench.experiments import run as run_experiment
+from workbench.experiments.ingest import IngestSpec
 from workbench.experiments.loaders import LoadersSpec
 from workbench.experiments.rss import RssSpec
 from workbench.experiments.sweep import SweepSpec
@@ -307,14 +307,8 @@ def bench_ingest_command(
 ) -> None:
     """Ingest MB/s per backend for the same in-memory synthetic samples."""
 
-    rows = bench_ingest(get_settings(), backend or ALL_BACKENDS, count, mean_kb, repeats, results_dir)
-    table = Table("backend", "samples", "MB", "MB/s median", "min", "max", "samples/s",
-                  title=f"ingest, {count} synthetic JPEGs, {repeats} repeat(s)")
-    for r in rows:
-        table.add_row(r["backend"], str(r["samples"]), f"{r['bytes'] / 1e6:.0f}", f"{r['mb_per_s_median']:.1f}",
-                      f"{r['mb_per_s_min']:.1f}", f"{r['mb_per_s_max']:.1f}", f"{r['samples_per_s_median']:.0f}")
-    console.print(table)
-    console.print(f"results: {results_dir}")
+    _run_spec(make_spec(IngestSpec, "bench ingest", backends=backend, count=count, mean_kb=mean_kb, repeats=repeats,
+                        results_dir=results_dir))
 
 
 @bench_app.command("ingest-cortx")

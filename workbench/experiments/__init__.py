@@ -4,7 +4,7 @@ A spec is a YAML file with a `kind`; each kind is one module here (its frozen sp
 line in `KINDS`. `load_spec` validates the whole spec before anything runs (a wrong field is one line naming it,
 its line in the file and the valid choices); `run` runs it and writes it into the result folder as spec.yaml,
 so the folder can be remade from it (``workbench run results/<folder>/spec.yaml``). The commands `bench
-loaders`, `bench rss` and `sweep` are presets: they build a spec from their flags and run it here.
+loaders`, `bench rss`, `bench ingest` and `sweep` are presets: they build a spec from their flags and run it here.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from workbench.results import check_writable
 
 KINDS = Registry("experiment kind", {
     "loaders": "workbench.experiments.loaders:KIND",
+    "ingest": "workbench.experiments.ingest:KIND",
     "rss": "workbench.experiments.rss:KIND",
     "sweep": "workbench.experiments.sweep:KIND",
 })

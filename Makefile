@@ -7,7 +7,7 @@ EXTRAS ?= triton,torch,tf,dali,bench,peers,lightning,spark,dev,fuzz
 NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock native/pyproject.toml $(wildcard native/src/*.rs)
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(NATIVE_SOURCES) | sha1sum | cut -c1-10)-$(subst $(comma),_,$(EXTRAS))
 
-.PHONY: system-packages test-tools venv stack-up test-cluster stack-down stack-status demo test unit lint sweep notebooks lab fuzz mutation
+.PHONY: system-packages test-tools venv stack-up test-cluster stack-down stack-status demo test unit lint sweep notebooks lab fuzz mutation results
 
 venv: $(STAMP)
 
@@ -54,6 +54,11 @@ stack-status: venv
 demo: stack-up
 	$(BIN)/workbench stack probe
 	$(BIN)/workbench sweep notebooks/sweeps/demo.yaml
+
+# Every committed result folder that holds a spec.yaml, remade from it on the current code (hours for all of
+# them; `workbench results stale` says which need it). One folder: .venv/bin/workbench results remake FOLDER
+results: stack-up test-tools
+	$(BIN)/workbench results remake
 
 SWEEP ?= notebooks/sweeps/network.yaml
 sweep: stack-up

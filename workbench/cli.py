@@ -26,12 +26,12 @@ from workbench.cli_k8s import app as k8s_app
 from workbench.cli_netns import app as netns_app
 from workbench.cli_options import key_values
 from workbench.cli_report import app as results_app
+from workbench.cli_spec import run_spec
 from workbench.cli_study import app as study_app
 from workbench.config import Settings, cluster_topology, ensure_credentials, get_settings, write_settings
 from workbench.data import make_split, parse_ratios, parse_source
 from workbench.errors import WorkbenchError
-from workbench.experiments import SPEC_FILE, ExperimentSpec, experiment_kind, load_spec, make_spec
-from workbench.experiments import run as run_experiment
+from workbench.experiments import ExperimentSpec, load_spec, make_spec
 from workbench.experiments.ingest import IngestSpec
 from workbench.experiments.loaders import LoadersSpec
 from workbench.experiments.rss import RssSpec
@@ -409,14 +409,7 @@ def run_command(
 
 
 def _run_spec(spec: ExperimentSpec) -> None:
-    """What every preset and `run` do: run the spec, print its summary and where its results (and spec) are."""
-    outcome = run_experiment(spec, get_settings())
-    kind = experiment_kind(spec.kind)
-    if kind.summary is not None:
-        console.print(kind.summary(spec, outcome))
-    console.print(f"results: {outcome.folder} (spec: {outcome.folder / SPEC_FILE})")
-    if outcome.report is not None:
-        console.print(f"report: {outcome.report}")
+    run_spec(spec, console)
 
 
 @app.command("report")

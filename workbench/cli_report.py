@@ -4,6 +4,7 @@
     workbench results compare RUN_A RUN_B         # -> RUN_B/repeatability/repeatability.{html,csv}
     workbench results stale                       # which committed results measure older code
     workbench results readme [--check]            # README.md's generated blocks, from the committed results
+    workbench results remake [FOLDER ...]         # committed result folders remade from their spec.yaml
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from workbench.cli_spec import run_spec
+from workbench.errors import WorkbenchError
+from workbench.experiments import SPEC_FILE, load_spec
 from workbench.report import build_index, compare_runs, write_comparison
 from workbench.report.readme_blocks import update_readme
 from workbench.report.repeat import TOLERANCE
@@ -74,3 +78,24 @@ def readme_command(
         raise typer.Exit(1)
     verb = "up to date" if check or not differ else f"rewritten: {', '.join(differ)}"
     console.print(f"{readme}: generated blocks {verb}", highlight=False)
+
+
+@app.command("remake")
+def remake_command(
+    folders: Annotated[list[Path] | None, typer.Argument(help="result folders holding a spec.yaml (default: every "
+                                                               "one under --root, results/runs/ left out)")] = None,
+    root: Annotated[Path, typer.Option(help="the results folder (studies/, gpu/, ...)")] = Path("results"),
+) -> None:
+    """Remake committed result folders from their spec.yaml on the current code (what `make results` runs); a
+    folder without one is named, with the command that made it left to its README."""
+    chosen = folders or sorted(p.parent for p in root.rglob(SPEC_FILE) if "runs" not in p.relative_to(root).parts)
+    missing = [str(f) for f in chosen if not (f / SPEC_FILE).is_file()]
+    if missing:
+        raise WorkbenchError(f"no {SPEC_FILE} in {', '.join(missing)}: only folders made by `workbench run` (or a "
+                             "preset) can be remade; rerun the command named in their README")
+    specs = [load_spec(f / SPEC_FILE) for f in chosen]  # every spec checked before the first one runs
+    for folder, spec in zip(chosen, specs, strict=True):
+        console.print(f"remaking {folder} ({spec.kind})", highlight=False)
+        run_spec(spec, console)
+    if not chosen:
+        console.print(f"no {SPEC_FILE} under {root}: nothing to remake", highlight=False)

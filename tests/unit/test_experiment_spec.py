@@ -105,3 +105,21 @@ def test_the_committed_example_specs_are_valid():
     assert {yaml.safe_load(p.read_text())["kind"] for p in specs} == set(KINDS)
     for path in specs:
         load_spec(path)
+
+
+def test_remake_refuses_a_folder_without_a_spec_and_checks_every_spec_before_running_any(tmp_path):
+    from typer.testing import CliRunner
+
+    from workbench.cli_report import app
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    refused = CliRunner().invoke(app, ["remake", str(bare)])
+    assert refused.exit_code != 0 and f"no spec.yaml in {bare}" in str(refused.exception)
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir(), bad.mkdir()
+    (good / "spec.yaml").write_text(f"kind: loaders\nloaders: [fs]\nresults_dir: {good}\n")
+    (bad / "spec.yaml").write_text("kind: loaders\nrepeats: 0\n")
+    refused = CliRunner().invoke(app, ["remake", str(good), str(bad)])
+    assert f"{bad / 'spec.yaml'}:2 'repeats'" in str(refused.exception)
+    assert list(good.iterdir()) == [good / "spec.yaml"]  # the good one did not run either

@@ -2,47 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from workbench.bench.clients import DEFAULT_RESULTS, bench_clients
-from workbench.bench.clients_launch import LaunchPlan
-from workbench.concurrency import parse_concurrency
+from workbench.bench.clients import DEFAULT_RESULTS
 from workbench.config import get_settings
-from workbench.errors import WorkbenchError
+from workbench.experiments import SPEC_FILE, make_spec
+from workbench.experiments import run as run_experiment
+from workbench.experiments.clients import ClientsSpec, summary
 
 console = Console()
-
-
-def _number(value: float, digits: int = 0) -> str:
-    return f"{value:.{digits}f}" if value is not None and math.isfinite(value) else "-"
-
-
-def show_row(row: dict) -> None:
-    """Per-rank table, the aggregate line and the exactly-once verdict."""
-    table = Table("rank", "host", "shard", "samples", "seconds", "samples/s", "accelerator util.",
-                  title=f"{row['ranks']} {row['loader']} ranks ({row['launcher']}) on {row['dataset']}/{row['split']}, "
-                        f"compute {row['compute_ms']:g} ms/batch")
-    for rank, (host, shard, samples, seconds, rate, util) in enumerate(zip(
-            row["rank_hosts"], row["shards"], row["rank_samples"], row["rank_seconds"], row["rank_samples_per_s"],
-            row["rank_accelerator_utilisation"], strict=True)):
-        table.add_row(str(rank), host, str(shard), str(samples), _number(seconds, 2), _number(rate),
-                      _number(util, 3) if util is not None else "-")
-    console.print(table)
-    console.print(f"aggregate {_number(row['samples_per_s'])} samples/s ({_number(row['mb_per_s'], 1)} MB/s) over "
-                  f"{_number(row['seconds'], 2)} s; slowest rank {row['slowest_rank']} at "
-                  f"{_number(row['slowest_rank_samples_per_s'])} samples/s; imbalance "
-                  f"{_number(row['rank_imbalance'], 2)}x", highlight=False)
-    if row["exactly_once"]:
-        console.print(f"exactly once: {row['samples']} reads of {row['expected_samples']} samples "
-                      f"(expected ids: {row['expected_from']})", highlight=False)
-    else:
-        console.print(f"[red]{row['error']}[/red]", highlight=False)
 
 
 def clients_command(
@@ -73,22 +45,17 @@ def clients_command(
 ) -> None:
     """R reader ranks (torchrun or mpirun) read one epoch of their shards: aggregate and per-rank rates,
     accelerator utilisation, and a check that together they read every sample exactly once."""
-    settings = get_settings()
-    if expected not in ("split", "stored"):
-        raise WorkbenchError(f"--expected {expected!r}: use split or stored")
-    plan = LaunchPlan(launcher or settings.launcher, ranks or settings.client_ranks, nnodes=nnodes,
-                      rdzv_endpoint=rdzv_endpoint, hosts=hosts, start_timeout_s=start_timeout)
-    config = {"split": split, "batch_size": batch_size, "concurrency": parse_concurrency(concurrency)}
-    row = bench_clients(settings, loader, plan.ranks, plan.launcher, dataset=dataset, count=count, mean_kb=mean_kb,
-                        compute_ms=compute_ms, config=config, via_proxy=via_proxy, max_seconds=max_seconds,
-                        plan=plan, expected_mode=expected, results_dir=results_dir)  # type: ignore[arg-type]
-    if row is None:
-        console.print("this host's ranks finished; the host that ran rank 0 checks and writes the row")
-        return
-    show_row(row)
-    console.print(f"results: {results_dir}")
-    if row["status"] != "ok":
-        raise typer.Exit(1)
+    spec = make_spec(ClientsSpec, "bench clients", loader=loader, ranks=ranks, launcher=launcher, dataset=dataset,
+                     split=split, count=count, mean_kb=mean_kb, compute_ms=compute_ms, batch_size=batch_size,
+                     concurrency=concurrency, via_proxy=via_proxy, expected=expected, max_seconds=max_seconds,
+                     start_timeout=start_timeout, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint, hosts=hosts,
+                     results_dir=results_dir)
+    outcome = run_experiment(spec, get_settings())
+    console.print(summary(spec, outcome))
+    if outcome.rows:
+        console.print(f"results: {results_dir} (spec: {results_dir / SPEC_FILE})")
+        if outcome.rows[0]["status"] != "ok":
+            raise typer.Exit(1)
 
 
 app = typer.Typer(no_args_is_help=True, help="Many reader ranks against one storage service.")

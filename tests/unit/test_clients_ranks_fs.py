@@ -158,3 +158,15 @@ def test_the_command_line_runs_ranks_and_writes_results(tmp_path, monkeypatch):
     rows = json.loads(next((tmp_path / "results").glob("clients-fs-2r-*.json")).read_text())["rows"]
     assert rows[0]["status"] == "ok" and rows[0]["environment"]
     assert next((tmp_path / "results").glob("clients-fs-2r-*.csv")).read_text().count("\n") == 2
+
+
+    from workbench.cli import app as workbench  # the spec the preset wrote, run again: the same row
+    get_settings.cache_clear()
+    try:
+        again = CliRunner().invoke(workbench, ["run", str(tmp_path / "results" / "spec.yaml"),
+                                               "-o", f"results_dir={tmp_path / 'again'}"])
+    finally:
+        get_settings.cache_clear()
+    assert again.exit_code == 0, again.output
+    [row] = json.loads(next((tmp_path / "again").glob("clients-fs-2r-*.json")).read_text())["rows"]
+    assert row["status"] == "ok" and sorted(row) == sorted(rows[0]) and row["samples"] == rows[0]["samples"] == 20

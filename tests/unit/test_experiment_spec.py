@@ -11,6 +11,7 @@ import yaml
 from workbench.bench.sweep_config import load_sweep_config
 from workbench.errors import WorkbenchError
 from workbench.experiments import KINDS, experiment_kind, load_spec, make_spec
+from workbench.experiments.clients import ClientsSpec
 from workbench.experiments.ingest import IngestSpec
 from workbench.experiments.loaders import LoadersSpec
 from workbench.experiments.rss import RssSpec
@@ -29,9 +30,10 @@ def write(tmp_path: Path, text: str) -> Path:
     LoadersSpec(loaders=["fs", "s3-objects"], rtt_ms=[0, 10], count=50, concurrency=8, results_dir=Path("out/a")),
     RssSpec(counts=[20, 200], concurrency="auto", results_dir=Path("out/b")),
     IngestSpec(backends=["fs", "ignite"], count=30, repeats=2, results_dir=Path("out/d")),
+    ClientsSpec(loader="fs", ranks=2, launcher="mpirun", compute_ms=2.5, results_dir=Path("out/e")),
     SweepSpec(sweep=load_sweep_config(ROOT / "notebooks" / "sweeps" / "demo.yaml"), results_dir=Path("out/c"),
               report=False),
-], ids=["loaders", "rss", "ingest", "sweep"])
+], ids=["loaders", "rss", "ingest", "clients", "sweep"])
 def test_a_written_spec_reads_back_equal(spec, tmp_path):
     back = load_spec(write(tmp_path, spec.to_yaml()))
     assert back == spec and type(back) is type(spec)
@@ -61,13 +63,15 @@ def test_overrides_set_fields_and_sections_with_yaml_values(tmp_path):
 @pytest.mark.parametrize("text,overrides,message", [
     ("kind: loaders\ncount: 5\n", [], r"^{f}:2 'count': Input should be greater than or equal to 10$"),
     ("kind: loaders\nconcurency: 8\n", [],
-     r"^{f}:2 unknown field 'concurency' \(valid: kind, results_dir, loaders, concurrency, count, .*\)$"),
+     r"^{f}:2 unknown field 'concurency' \(valid: kind, results_dir, concurrency, loaders, count, .*\)$"),
     ("kind: loaders\nloaders: [fs, nope]\n", [], r"^{f}:2 'loaders': unknown loader nope \(valid: cassandra, .*\)$"),
     ("kind: loaders\nconcurrency: many\n", [],
      r"^{f}:2 'concurrency': concurrency 'many': give a number of requests in flight \(1 to 1024\) or 'auto'$"),
-    ("kind: loader\n", [], r"^{f}:1 unknown kind 'loader': give one of loaders, ingest, rss, sweep \(kind: loaders\)$"),
-    ("count: 10\n", [], r"^{f} no 'kind': give one of loaders, ingest, rss, sweep"),
+    ("kind: loader\n", [], r"^{f}:1 unknown kind 'loader': give one of loaders, ingest, clients, rss, sweep \(kind: loaders\)$"),
+    ("count: 10\n", [], r"^{f} no 'kind': give one of loaders, ingest, clients, rss, sweep"),
     ("kind: rss\ncounts: [100, 5]\n", [], r"^{f}:2 'counts.1': Input should be greater than or equal to 10$"),
+    ("kind: clients\nloader: nope\n", [], r"^{f}:2 'loader': unknown loader nope \(valid: cassandra, .*\)$"),
+    ("kind: clients\n", [], r"^{f} 'loader': Field required$"),
     ("kind: ingest\nbackends: [s4]\n", [], r"^{f}:2 'backends': unknown backend s4 \(valid: cassandra, .*\)$"),
     ("kind: sweep\nsweep:\n  name: s\n  loaders: [fs]\n  network:\n    rtt_ms: [-1]\n", [],
      r"^{f}:6 'sweep.network.rtt_ms.0': Input should be greater than or equal to 0$"),

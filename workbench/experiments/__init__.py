@@ -22,6 +22,7 @@ from workbench.results import check_writable
 KINDS = Registry("experiment kind", {
     "loaders": "workbench.experiments.loaders:KIND",
     "ingest": "workbench.experiments.ingest:KIND",
+    "clients": "workbench.experiments.clients:KIND",
     "rss": "workbench.experiments.rss:KIND",
     "sweep": "workbench.experiments.sweep:KIND",
 })

@@ -37,21 +37,17 @@ class Kind:
     summary: Callable[[Any, Outcome], Any] | None = None
 
 
-class LoadersField(ExperimentSpec):
-    """Specs that name loaders (None: the loaders measured by default) and a concurrency ("auto" or 1-1024)."""
+def check_loaders(names: list[str]) -> None:
+    """Every name a registered loader; else one line listing them."""
+    unknown = [name for name in names if name not in LOADERS]
+    if unknown:
+        raise ValueError(f"unknown loader {', '.join(unknown)} (valid: {', '.join(LOADERS)})")
 
-    loaders: list[str] | None = None
+
+class ConcurrencyField(ExperimentSpec):
+    """Specs with a concurrency: "auto" or 1-1024 requests in flight."""
+
     concurrency: Concurrency = "auto"
-
-    @field_validator("loaders")
-    @classmethod
-    def _known_loaders(cls, value: list[str] | None) -> list[str] | None:
-        unknown = [name for name in value or [] if name not in LOADERS]
-        if unknown:
-            raise ValueError(f"unknown loader {', '.join(unknown)} (valid: {', '.join(LOADERS)})")
-        if value is not None and not value:
-            raise ValueError("name at least one loader, or leave loaders out for the default ones")
-        return value
 
     @field_validator("concurrency", mode="before")
     @classmethod
@@ -60,3 +56,17 @@ class LoadersField(ExperimentSpec):
             return parse_concurrency(value)
         except WorkbenchError as exc:
             raise ValueError(str(exc)) from None
+
+
+class LoadersField(ConcurrencyField):
+    """Specs that name loaders (None: the loaders measured by default)."""
+
+    loaders: list[str] | None = None
+
+    @field_validator("loaders")
+    @classmethod
+    def _known_loaders(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("name at least one loader, or leave loaders out for the default ones")
+        check_loaders(value or [])
+        return value

@@ -11,7 +11,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from workbench.bench.clients_launch import free_port
 from workbench.cli import app
+from workbench.config import get_settings
 from workbench.experiments import SPEC_FILE, load_spec
 
 pytestmark = pytest.mark.services
@@ -51,7 +53,7 @@ def test_a_preset_writes_its_spec_and_running_that_spec_makes_the_same_rows(stac
     assert len(list(first.glob("loaders-*.json"))) == 2  # a new result beside the first, from the same spec
 
 
-def test_a_bad_spec_runs_nothing_and_a_failed_run_writes_no_spec(stack, tmp_path):
+def test_a_bad_spec_runs_nothing_and_a_failed_run_writes_no_spec(stack, tmp_path, monkeypatch):
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: loaders\nloaders: [fs]\nrtt_ms: [-5]\n")
     refused = CliRunner().invoke(app, ["run", str(bad)], terminal_width=300)
@@ -59,7 +61,11 @@ def test_a_bad_spec_runs_nothing_and_a_failed_run_writes_no_spec(stack, tmp_path
         refused.exception or refused.output)
 
     folder = tmp_path / "failed"
-    failed = CliRunner().invoke(app, [*PRESET, "--results-dir", str(folder), "--loader", "fs"],
-                                env={"WORKBENCH_TOXIPROXY_PORT": "1"}, terminal_width=200)
-    assert failed.exit_code != 0
+    monkeypatch.setenv("WORKBENCH_TOXIPROXY_PORT", str(free_port()))  # the emulator is not there: the run fails
+    get_settings.cache_clear()
+    try:
+        failed = CliRunner().invoke(app, [*PRESET, "--results-dir", str(folder)], terminal_width=200)
+    finally:
+        get_settings.cache_clear()
+    assert failed.exit_code != 0 and "toxiproxy" in str(failed.exception).lower(), failed.output
     assert not (folder / SPEC_FILE).exists() and not list(folder.glob("loaders-*"))

@@ -28,12 +28,12 @@ RECHECK_ROUND_TRIPS = 4
 class Phase(enum.Enum):
     """Where the search is; each phase but the settled ones has one method that judges its intervals."""
 
-    RAMP = "ramp"  # `_ramp`: widen by Little's law after each window's worth of completions
-    GROW = "grow"  # `_grow`: timed intervals; widen while full and not queueing, or while it gains
-    NARROW = "narrow"  # `_narrow`: the ramp overshot (requests queue): narrower while the rate holds
-    SETTLED = "settled"  # the first run's depth, re-checked once from the second run on
-    RECHECK = "recheck"  # `_recheck`: narrower, then wider depths timed against the reference (A B A)
-    DONE = "done"  # re-checked: the depth stays
+    RAMP = enum.auto()  # `_ramp`: widen by Little's law after each window's worth of completions
+    GROW = enum.auto()  # `_grow`: timed intervals; widen while full and not queueing, or while it gains
+    NARROW = enum.auto()  # `_narrow`: the ramp overshot (requests queue): narrower while the rate holds
+    SETTLED = enum.auto()  # the first run's depth, re-checked once from the second run on
+    RECHECK = enum.auto()  # `_recheck`: narrower, then wider depths timed against the reference (A B A)
+    DONE = enum.auto()  # re-checked: the depth stays
 
 
 @dataclasses.dataclass(frozen=True)

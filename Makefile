@@ -87,12 +87,14 @@ fuzz: venv
 	$(BIN)/python fuzz/run.py --seconds $(FUZZ_SECONDS)
 
 # Mutation testing (mutmut) of the pure-logic core, each module against the unit tests that cover it, one mutant
-# at a time at low priority (a shared machine): a table of mutants, killed, survived, score per module. Each module
-# runs in a temporary copy of the tree; the sources are never mutated. Results: tests/mutation/RESULTS.md.
+# per core at low priority (MUTATION_JOBS=1 on a machine shared with other work): a table of mutants, killed,
+# survived, score per module. Each module runs in a temporary copy of the tree; the sources are never mutated.
+# Results: tests/mutation/RESULTS.md.
+MUTATION_JOBS ?= $(shell nproc)
 MUTATION_ARGS ?=
 mutation: venv
 	$(BIN)/python -c "import mutmut" 2>/dev/null || $(BIN)/python -m pip install -q -e '.[mutation]'
-	nice -n 10 $(BIN)/python tests/mutation/run.py --jobs 1 $(MUTATION_ARGS)
+	nice -n 10 $(BIN)/python tests/mutation/run.py --jobs $(MUTATION_JOBS) $(MUTATION_ARGS)
 
 # Everything but the multi-node clusters (each starts servers of its own: about 20 minutes on 2 cores).
 test: stack-up test-tools

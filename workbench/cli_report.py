@@ -21,7 +21,7 @@ from workbench.experiments import SPEC_FILE, load_spec
 from workbench.report import build_index, compare_runs, write_comparison
 from workbench.report.readme_blocks import update_readme
 from workbench.report.repeat import TOLERANCE
-from workbench.report.staleness import stale_results
+from workbench.report.staleness import stale_results, staleness, uncommitted_measured_code
 
 app = typer.Typer(help="results/index.html, and repeatability of two runs of one study", no_args_is_help=True)
 console = Console()
@@ -85,16 +85,27 @@ def remake_command(
     folders: Annotated[list[Path] | None, typer.Argument(help="result folders holding a spec.yaml (default: every "
                                                                "one under --root, results/runs/ left out)")] = None,
     root: Annotated[Path, typer.Option(help="the results folder (studies/, gpu/, ...)")] = Path("results"),
+    force: Annotated[bool, typer.Option(help="remake folders that already measure the current code too")] = False,
+    allow_dirty: Annotated[bool, typer.Option(help="record results from uncommitted changes to the measured code "
+                                                   "(their rows say -dirty)")] = False,
 ) -> None:
-    """Remake committed result folders from their spec.yaml on the current code (what `make results` runs); a
-    folder without one is named, with the command that made it left to its README."""
+    """Remake committed result folders from their spec.yaml on the current code (what `make results` runs). A
+    folder that already measures the current code is skipped, so an interrupted remake picks up where it stopped."""
     chosen = folders or sorted(p.parent for p in root.rglob(SPEC_FILE) if "runs" not in p.relative_to(root).parts)
     missing = [str(f) for f in chosen if not (f / SPEC_FILE).is_file()]
     if missing:
         raise WorkbenchError(f"no {SPEC_FILE} in {', '.join(missing)}: only folders made by `workbench run` (or a "
                              "preset) can be remade; rerun the command named in their README")
     specs = [load_spec(f / SPEC_FILE) for f in chosen]  # every spec checked before the first one runs
+    dirty = uncommitted_measured_code(Path.cwd())
+    if dirty and not allow_dirty:
+        raise WorkbenchError(f"uncommitted changes to measured code ({', '.join(dirty[:3])}"
+                             f"{', ...' if len(dirty) > 3 else ''}): commit them first, or pass --allow-dirty")
     for folder, spec in zip(chosen, specs, strict=True):
+        standing = staleness(folder, Path.cwd())
+        if not standing.stale and not force:
+            console.print(f"{folder}: {standing.describe()}; skipped (--force remakes it)", highlight=False)
+            continue
         console.print(f"remaking {folder} ({spec.kind})", highlight=False)
         run_spec(spec, console)
     if not chosen:

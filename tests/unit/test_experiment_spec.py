@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -67,7 +68,8 @@ def test_overrides_set_fields_and_sections_with_yaml_values(tmp_path):
     ("kind: loaders\nloaders: [fs, nope]\n", [], r"^{f}:2 'loaders': unknown loader nope \(valid: cassandra, .*\)$"),
     ("kind: loaders\nconcurrency: many\n", [],
      r"^{f}:2 'concurrency': concurrency 'many': give a number of requests in flight \(1 to 1024\) or 'auto'$"),
-    ("kind: loader\n", [], r"^{f}:1 unknown kind 'loader': give one of loaders, ingest, clients, rss, sweep \(kind: loaders\)$"),
+    ("kind: loader\n", [],
+     r"^{f}:1 unknown kind 'loader': give one of loaders, ingest, clients, rss, sweep \(kind: loaders\)$"),
     ("count: 10\n", [], r"^{f} no 'kind': give one of loaders, ingest, clients, rss, sweep"),
     ("kind: rss\ncounts: [100, 5]\n", [], r"^{f}:2 'counts.1': Input should be greater than or equal to 10$"),
     ("kind: clients\nloader: nope\n", [], r"^{f}:2 'loader': unknown loader nope \(valid: cassandra, .*\)$"),
@@ -127,3 +129,39 @@ def test_remake_refuses_a_folder_without_a_spec_and_checks_every_spec_before_run
     refused = CliRunner().invoke(app, ["remake", str(good), str(bad)])
     assert f"{bad / 'spec.yaml'}:2 'repeats'" in str(refused.exception)
     assert list(good.iterdir()) == [good / "spec.yaml"]  # the good one did not run either
+
+
+def _git(repo: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_remake_refuses_uncommitted_measured_code_and_skips_folders_that_measure_the_current_code(
+        tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from workbench.cli_report import app
+
+    (tmp_path / "workbench" / "loaders").mkdir(parents=True)
+    (tmp_path / "workbench" / "loaders" / "a.py").write_text("A = 1\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "one")
+    head = _git(tmp_path, "rev-parse", "--short", "HEAD")
+    folder = tmp_path / "results" / "bench-loaders"
+    folder.mkdir(parents=True)
+    (folder / "spec.yaml").write_text(f"kind: loaders\nloaders: [fs]\nresults_dir: {folder}\n")
+    row = {"loader": "fs", "environment": {"git_commit": head}}
+    (folder / "loaders-1.json").write_text(json.dumps({"rows": [row]}))
+    monkeypatch.chdir(tmp_path)
+
+    skipped = CliRunner().invoke(app, ["remake", str(folder)], terminal_width=300)
+    assert skipped.exit_code == 0 and f"current: made on {head}" in skipped.output and "skipped" in skipped.output
+
+    (tmp_path / "workbench" / "loaders" / "a.py").write_text("A = 2\n")
+    refused = CliRunner().invoke(app, ["remake", str(folder), "--force"])
+    assert str(refused.exception) == ("uncommitted changes to measured code (workbench/loaders/a.py): commit them "
+                                      "first, or pass --allow-dirty")
+    assert sorted(p.name for p in folder.iterdir()) == ["loaders-1.json", "spec.yaml"]  # nothing ran

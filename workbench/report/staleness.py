@@ -99,6 +99,12 @@ def commits_since(repo: Path, commit: str, paths: tuple[str, ...] = MEASURED_COD
     return int(count) if count is not None else None
 
 
+def uncommitted_measured_code(repo: Path) -> list[str]:
+    """The files of MEASURED_CODE with uncommitted changes (a result made now would measure no commit)."""
+    status = _git(repo, "status", "--porcelain", "--", *(f":(top){path}" for path in MEASURED_CODE))
+    return [line.split(maxsplit=1)[1] for line in (status or "").splitlines() if len(line.split(maxsplit=1)) == 2]
+
+
 def staleness(folder: Path, repo: Path) -> Staleness:
     """The folder's freshest recorded run against HEAD of `repo`."""
     kept = folder / KEPT_FILE

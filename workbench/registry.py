@@ -34,6 +34,14 @@ class Registry(dict[str, Entry]):
         module, attr = target.split(":")
         return getattr(import_module(module), attr)
 
+    def check_names(self, names: list[str]) -> list[str]:
+        """`names` when each is registered; else a ValueError (for a pydantic validator) naming the unknown ones
+        and listing the registered."""
+        unknown = [name for name in names if name not in self]
+        if unknown:
+            raise ValueError(f"unknown {self.kind} {', '.join(unknown)} (valid: {', '.join(self)})")
+        return names
+
     def register(self, name: str, target: Entry) -> None:
         """Add `name` (``"module:Class"`` or the class); another target under a taken name is an error."""
         if name in self and self[name] is not target and self[name] != target:

@@ -106,10 +106,7 @@ class SweepConfig(Strict):
     @field_validator("loaders")
     @classmethod
     def _known_loaders(cls, names: list[str]) -> list[str]:
-        unknown = [n for n in names if n not in LOADERS]
-        if unknown:
-            raise ValueError(f"unknown loader(s) {', '.join(unknown)}; valid: {', '.join(sorted(LOADERS))}")
-        return names
+        return LOADERS.check_names(names)
 
     @model_validator(mode="before")
     @classmethod

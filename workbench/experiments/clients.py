@@ -15,7 +15,8 @@ from rich.text import Text
 from workbench.bench.clients import DEFAULT_RESULTS, bench_clients
 from workbench.bench.clients_launch import LaunchPlan
 from workbench.config import Settings
-from workbench.experiments.kind import ConcurrencyField, Kind, Outcome, check_loaders
+from workbench.experiments.kind import ConcurrencyField, Kind, Outcome
+from workbench.loaders import LOADERS
 
 
 class ClientsSpec(ConcurrencyField):
@@ -43,7 +44,7 @@ class ClientsSpec(ConcurrencyField):
     @field_validator("loader")
     @classmethod
     def _known_loader(cls, value: str) -> str:
-        check_loaders([value])
+        LOADERS.check_names([value])
         return value
 
 

@@ -28,10 +28,7 @@ class IngestSpec(ExperimentSpec):
     @field_validator("backends")
     @classmethod
     def _known_backends(cls, value: list[str]) -> list[str]:
-        unknown = [name for name in value if name not in BACKENDS]
-        if unknown:
-            raise ValueError(f"unknown backend {', '.join(unknown)} (valid: {', '.join(BACKENDS)})")
-        return value
+        return BACKENDS.check_names(value)
 
 
 def run(settings: Settings, spec: IngestSpec) -> Outcome:

@@ -37,13 +37,6 @@ class Kind:
     summary: Callable[[Any, Outcome], Any] | None = None
 
 
-def check_loaders(names: list[str]) -> None:
-    """Every name a registered loader; else one line listing them."""
-    unknown = [name for name in names if name not in LOADERS]
-    if unknown:
-        raise ValueError(f"unknown loader {', '.join(unknown)} (valid: {', '.join(LOADERS)})")
-
-
 class ConcurrencyField(ExperimentSpec):
     """Specs with a concurrency: "auto" or 1-1024 requests in flight."""
 
@@ -68,5 +61,5 @@ class LoadersField(ConcurrencyField):
     def _known_loaders(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and not value:
             raise ValueError("name at least one loader, or leave loaders out for the default ones")
-        check_loaders(value or [])
+        LOADERS.check_names(value or [])
         return value

@@ -398,8 +398,8 @@ def sweep_command(
 
 @app.command("run")
 def run_command(
-    spec: Annotated[Path, typer.Argument(help="an experiment spec (YAML with a kind: loaders, rss, sweep); "
-                                              "a result folder's spec.yaml remakes it")],
+    spec: Annotated[Path, typer.Argument(help="an experiment spec (YAML with a kind; specs/ holds one of each); a "
+                                              "result folder's spec.yaml remakes it")],
     override: Annotated[list[str] | None, typer.Option(
         "-o", "--override", help="key=value, repeatable (dotted keys reach sections)")] = None,
 ) -> None:

@@ -79,6 +79,7 @@ def test_overrides_set_fields_and_sections_with_yaml_values(tmp_path):
      r"^{f}:6 'sweep.network.rtt_ms.0': Input should be greater than or equal to 0$"),
     ("kind: sweep\nsweep:\n  name: s\n  loaders: [fs]\n  netwrk: 1\n", [],
      r"^{f}:5 unknown field 'sweep.netwrk' \(valid: name, .*network.*\)$"),
+    ("kind: loaders\ncount: 100\n", ["count=5"], r"^-o count=5 'count': Input should be greater than or equal to 10$"),
     ("kind: loaders\n", ["repeats"], r"^override 'repeats': write it as key=value \(e.g. -o repeats=5\)$"),
     ("kind: loaders\n", ["repeats=[1"], r"^override 'repeats=\[1': the value is not valid YAML$"),
     ("- kind: loaders\n", [], r"^spec {f}: expected a mapping with a 'kind', got list$"),

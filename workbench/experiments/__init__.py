@@ -15,7 +15,7 @@ from typing import Any
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.experiments.kind import Kind, Outcome
-from workbench.experiments.spec import SPEC_FILE, ExperimentSpec, apply_overrides, read_yaml, validate
+from workbench.experiments.spec import SPEC_FILE, ExperimentSpec, apply_overrides, places_of, read_yaml, validate
 from workbench.registry import Registry
 from workbench.results import check_writable
 
@@ -40,13 +40,12 @@ def load_spec(source: Path | str | dict[str, Any], overrides: list[str] | tuple[
         raw, lines = read_yaml(Path(source))
         where = str(source)
     raw = apply_overrides(raw, list(overrides))
+    places = places_of(where, lines, list(overrides))
     kind = raw.get("kind")
     if kind not in KINDS:
-        line = lines.get(("kind",))
-        place = f"{where}:{line}" if line else where
         found = f"unknown kind {kind!r}" if "kind" in raw else "no 'kind'"
-        raise WorkbenchError(f"{place} {found}: give one of {', '.join(KINDS)} (kind: loaders)")
-    return validate(experiment_kind(kind).Spec, raw, where, lines)
+        raise WorkbenchError(f"{places.get(('kind',), where)} {found}: give one of {', '.join(KINDS)} (kind: loaders)")
+    return validate(experiment_kind(kind).Spec, raw, where, places)
 
 
 def make_spec(model: type[ExperimentSpec], where: str = "command line", **fields: Any) -> ExperimentSpec:

@@ -57,6 +57,14 @@ def _key_lines(node: Any, prefix: tuple[str, ...]) -> dict[tuple[str, ...], int]
     return lines
 
 
+def places_of(where: str, lines: dict[tuple[str, ...], int], overrides: list[str]) -> dict[tuple[str, ...], str]:
+    """Where each key's value comes from, for messages: its line in the file, or the override that set it."""
+    places = {key: f"{where}:{line}" for key, line in lines.items()}
+    for override in overrides:
+        places[tuple(override.partition("=")[0].strip().split("."))] = f"-o {override}"
+    return places
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """`raw` with each ``key=value`` of `overrides` set (dotted keys reach into sections; values are YAML)."""
     result = dict(raw)
@@ -79,16 +87,16 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
 
 
 def validate(model: type[ExperimentSpec], raw: dict[str, Any], where: str,
-             lines: dict[tuple[str, ...], int]) -> ExperimentSpec:
-    """`model` from `raw`, or one line per problem: ``<where>:<line> '<field>': <why> (valid: ...)``."""
+             places: dict[tuple[str, ...], str]) -> ExperimentSpec:
+    """`model` from `raw`, or one line per problem: ``<place> '<field>': <why> (valid: ...)``, the place being
+    `places`' entry for the field or its nearest section (``spec.yaml:6``, ``-o count=5``), else `where`."""
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
             loc = tuple(str(p) for p in err["loc"])
-            line = next((lines[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in lines), None)
-            place = f"{where}:{line}" if line else where
+            place = next((places[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in places), where)
             name = ".".join(loc) or "spec"
             if err["type"] == "extra_forbidden":
                 valid = ", ".join(_fields_at(model, loc[:-1]))

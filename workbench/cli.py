@@ -14,8 +14,6 @@ from rich.table import Table
 from workbench.backends import backend_class, make_backend
 from workbench.bench.loaders import MOST_RUNS_PER_ROUND, ROUND_SECONDS, WARMUP_EPOCHS
 from workbench.bench.s3_clients import DEFAULT_DATASET as S3_CLIENTS_DATASET
-from workbench.bench.s3_clients import run as bench_s3_clients
-from workbench.bench.s3_clients import table_lines
 from workbench.bench.sweep_config import load_sweep_config
 from workbench.catalog import catalog_path
 from workbench.chaos import chaos_command
@@ -35,6 +33,7 @@ from workbench.experiments import ExperimentSpec, load_spec, make_spec
 from workbench.experiments.ingest import IngestSpec
 from workbench.experiments.loaders import LoadersSpec
 from workbench.experiments.rss import RssSpec
+from workbench.experiments.s3_clients import S3ClientsSpec
 from workbench.experiments.sweep import SweepSpec
 from workbench.ingest import BadImagesError, ingest, read_catalog, verify
 from workbench.report import build_report
@@ -375,11 +374,12 @@ def bench_s3_clients_command(
     dataset: Annotated[str, typer.Option(help="an s3-objects dataset (ingest it first)")] = S3_CLIENTS_DATASET,
     repeats: Annotated[int, typer.Option(min=1)] = 3,
     concurrency: Annotated[int, typer.Option(min=1, help="GETs in flight")] = 32,
+    results_dir: Annotated[Path, typer.Option()] = RUNS / "bench-s3-clients",
 ) -> None:
     """GETs of one dataset through boto3, obstore and the CRT client, interleaved: samples/s, CPU per sample."""
 
-    console.print("\n".join(table_lines(bench_s3_clients(get_settings(), dataset, repeats, concurrency))),
-                  highlight=False)
+    _run_spec(make_spec(S3ClientsSpec, "bench s3-clients", dataset=dataset, repeats=repeats, concurrency=concurrency,
+                        results_dir=results_dir))
 
 
 @app.command("sweep")

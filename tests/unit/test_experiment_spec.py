@@ -16,6 +16,7 @@ from workbench.experiments.clients import ClientsSpec
 from workbench.experiments.ingest import IngestSpec
 from workbench.experiments.loaders import LoadersSpec
 from workbench.experiments.rss import RssSpec
+from workbench.experiments.s3_clients import S3ClientsSpec
 from workbench.experiments.sweep import SweepSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,9 +33,10 @@ def write(tmp_path: Path, text: str) -> Path:
     RssSpec(counts=[20, 200], concurrency="auto", results_dir=Path("out/b")),
     IngestSpec(backends=["fs", "ignite"], count=30, repeats=2, results_dir=Path("out/d")),
     ClientsSpec(loader="fs", ranks=2, launcher="mpirun", compute_ms=2.5, results_dir=Path("out/e")),
+    S3ClientsSpec(clients=["boto3-threads", "native-batch"], repeats=5, results_dir=Path("out/f")),
     SweepSpec(sweep=load_sweep_config(ROOT / "notebooks" / "sweeps" / "demo.yaml"), results_dir=Path("out/c"),
               report=False),
-], ids=["loaders", "rss", "ingest", "clients", "sweep"])
+], ids=["loaders", "rss", "ingest", "clients", "s3-clients", "sweep"])
 def test_a_written_spec_reads_back_equal(spec, tmp_path):
     back = load_spec(write(tmp_path, spec.to_yaml()))
     assert back == spec and type(back) is type(spec)
@@ -69,11 +71,12 @@ def test_overrides_set_fields_and_sections_with_yaml_values(tmp_path):
     ("kind: loaders\nconcurrency: many\n", [],
      r"^{f}:2 'concurrency': concurrency 'many': give a number of requests in flight \(1 to 1024\) or 'auto'$"),
     ("kind: loader\n", [],
-     r"^{f}:1 unknown kind 'loader': give one of loaders, ingest, clients, rss, sweep \(kind: loaders\)$"),
-    ("count: 10\n", [], r"^{f} no 'kind': give one of loaders, ingest, clients, rss, sweep"),
+     r"^{f}:1 unknown kind 'loader': give one of loaders, ingest, clients, s3-clients, rss, sweep \(kind: loaders\)$"),
+    ("count: 10\n", [], r"^{f} no 'kind': give one of loaders, ingest, clients, s3-clients, rss, sweep"),
     ("kind: rss\ncounts: [100, 5]\n", [], r"^{f}:2 'counts.1': Input should be greater than or equal to 10$"),
     ("kind: clients\nloader: nope\n", [], r"^{f}:2 'loader': unknown loader nope \(valid: cassandra, .*\)$"),
     ("kind: clients\n", [], r"^{f} 'loader': Field required$"),
+    ("kind: s3-clients\nclients: [curl]\n", [], r"^{f}:2 'clients.0': Input should be 'boto3-threads', .*"),
     ("kind: ingest\nbackends: [s4]\n", [], r"^{f}:2 'backends': unknown backend s4 \(valid: cassandra, .*\)$"),
     ("kind: sweep\nsweep:\n  name: s\n  loaders: [fs]\n  network:\n    rtt_ms: [-1]\n", [],
      r"^{f}:6 'sweep.network.rtt_ms.0': Input should be greater than or equal to 0$"),

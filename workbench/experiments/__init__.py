@@ -23,6 +23,7 @@ KINDS = Registry("experiment kind", {
     "loaders": "workbench.experiments.loaders:KIND",
     "ingest": "workbench.experiments.ingest:KIND",
     "clients": "workbench.experiments.clients:KIND",
+    "s3-clients": "workbench.experiments.s3_clients:KIND",
     "rss": "workbench.experiments.rss:KIND",
     "sweep": "workbench.experiments.sweep:KIND",
 })

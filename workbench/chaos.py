@@ -38,19 +38,15 @@ healthy before `run_chaos` returns.
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Annotated, Any
-
-import typer
+from dataclasses import dataclass, field
+from typing import Any
 
 from workbench.backends import backend_class, make_backend
-from workbench.config import Settings, get_settings
+from workbench.config import Settings
 from workbench.errors import WorkbenchError, first_line, with_type
 from workbench.loaders import loader_class, make_loader
 from workbench.net import netns
@@ -442,36 +438,3 @@ def format_report(report: ChaosReport) -> list[str]:
 def fault_names(text: str) -> list[str]:
     """Comma-separated fault kinds; `node-kill` is accepted for `node_kill`."""
     return [k.strip().replace("-", "_") for k in text.split(",") if k.strip()]
-
-
-def chaos_command(
-    dataset: Annotated[str, typer.Option(help="dataset name, as ingested into every loader's backend")],
-    loaders: Annotated[str, typer.Option(help="comma-separated loaders")] = "cassandra,s3-objects,s3-shards,ignite",
-    duration: Annotated[float, typer.Option(help="seconds of soak (the last epoch may overrun)")] = 60.0,
-    seed: Annotated[int, typer.Option(help="seed of the fault choice and timing")] = 0,
-    faults: Annotated[str, typer.Option(help=f"comma-separated fault kinds ({', '.join(FAULTS)}; node faults "
-                                             "only strike a cluster: `stack up --nodes N`)")] = ",".join(FAULTS),
-    retries: Annotated[int, typer.Option(min=0, help="loader setting: re-tries per request")] = 60,
-    retry_budget: Annotated[float, typer.Option(min=0, help="loader setting retry_budget_s: seconds per request")] = (
-        120.0),
-    node_window: Annotated[float, typer.Option(min=0, help="seconds a node fault keeps its node killed or cut "
-                                                           "off")] = NODE_WINDOW_S,
-    json_out: Annotated[Path | None, typer.Option("--json", help="also write the report, every fault's record "
-                                                                 "included, as JSON to this file")] = None,
-) -> None:
-    """Run a chaos soak and print faults injected/survived, samples lost/duplicated and failed epochs."""
-    from rich.console import Console
-
-
-    console = Console()
-    names = [n.strip() for n in loaders.split(",") if n.strip()]
-    report = run_chaos(get_settings(), names, dataset, duration, seed, faults=fault_names(faults),
-                       loader_config={"retries": retries, "retry_budget_s": retry_budget}, node_window_s=node_window,
-                       log=lambda line: console.print(line, highlight=False))
-    for line in format_report(report):
-        console.print(line, highlight=False)
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(asdict(report), indent=1) + "\n")
-    if report.samples_lost or report.samples_duplicated:  # failed epochs with a clear error are not bugs
-        raise typer.Exit(1)

@@ -16,8 +16,8 @@ from workbench.bench.loaders import MOST_RUNS_PER_ROUND, ROUND_SECONDS, WARMUP_E
 from workbench.bench.s3_clients import DEFAULT_DATASET as S3_CLIENTS_DATASET
 from workbench.bench.sweep_config import load_sweep_config
 from workbench.catalog import catalog_path
-from workbench.chaos import chaos_command
 from workbench.cli_catalog import app as catalog_app
+from workbench.cli_chaos import chaos_command
 from workbench.cli_clients import clients_command
 from workbench.cli_inference import inference_app
 from workbench.cli_k8s import app as k8s_app

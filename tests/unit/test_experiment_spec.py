@@ -12,6 +12,7 @@ import yaml
 from workbench.bench.sweep_config import load_sweep_config
 from workbench.errors import WorkbenchError
 from workbench.experiments import KINDS, experiment_kind, load_spec, make_spec
+from workbench.experiments.chaos import ChaosSpec
 from workbench.experiments.clients import ClientsSpec
 from workbench.experiments.ingest import IngestSpec
 from workbench.experiments.loaders import LoadersSpec
@@ -34,9 +35,10 @@ def write(tmp_path: Path, text: str) -> Path:
     IngestSpec(backends=["fs", "ignite"], count=30, repeats=2, results_dir=Path("out/d")),
     ClientsSpec(loader="fs", ranks=2, launcher="mpirun", compute_ms=2.5, results_dir=Path("out/e")),
     S3ClientsSpec(clients=["boto3-threads", "native-batch"], repeats=5, results_dir=Path("out/f")),
+    ChaosSpec(dataset="d", loaders=["s3-objects"], faults=["node_kill", "latency"], seed=3, results_dir=Path("o/g")),
     SweepSpec(sweep=load_sweep_config(ROOT / "notebooks" / "sweeps" / "demo.yaml"), results_dir=Path("out/c"),
               report=False),
-], ids=["loaders", "rss", "ingest", "clients", "s3-clients", "sweep"])
+], ids=["loaders", "rss", "ingest", "clients", "s3-clients", "chaos", "sweep"])
 def test_a_written_spec_reads_back_equal(spec, tmp_path):
     back = load_spec(write(tmp_path, spec.to_yaml()))
     assert back == spec and type(back) is type(spec)
@@ -48,6 +50,10 @@ def test_every_kind_names_its_own_spec_and_run():
     for name in KINDS:
         kind = experiment_kind(name)
         assert kind.name == name and kind.Spec.model_fields["kind"].default == name and callable(kind.run)
+
+
+def test_chaos_takes_node_kill_with_a_dash_as_the_command_line_does():
+    assert load_spec({"kind": "chaos", "dataset": "d", "faults": ["node-kill"]}).faults == ["node_kill"]
 
 
 def test_a_spec_is_frozen():
@@ -71,8 +77,10 @@ def test_overrides_set_fields_and_sections_with_yaml_values(tmp_path):
     ("kind: loaders\nconcurrency: many\n", [],
      r"^{f}:2 'concurrency': concurrency 'many': give a number of requests in flight \(1 to 1024\) or 'auto'$"),
     ("kind: loader\n", [],
-     r"^{f}:1 unknown kind 'loader': give one of loaders, ingest, clients, s3-clients, rss, sweep \(kind: loaders\)$"),
-    ("count: 10\n", [], r"^{f} no 'kind': give one of loaders, ingest, clients, s3-clients, rss, sweep"),
+     r"^{f}:1 unknown kind 'loader': give one of loaders, ingest, clients, s3-clients, chaos, rss, sweep "
+     r"\(kind: loaders\)$"),
+    ("count: 10\n", [], r"^{f} no 'kind': give one of loaders, ingest, clients, s3-clients, chaos, rss, sweep"),
+    ("kind: chaos\ndataset: d\nfaults: [flood]\n", [], r"^{f}:3 'faults.0': Input should be 'reset_peer', .*"),
     ("kind: rss\ncounts: [100, 5]\n", [], r"^{f}:2 'counts.1': Input should be greater than or equal to 10$"),
     ("kind: clients\nloader: nope\n", [], r"^{f}:2 'loader': unknown loader nope \(valid: cassandra, .*\)$"),
     ("kind: clients\n", [], r"^{f} 'loader': Field required$"),

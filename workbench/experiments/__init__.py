@@ -24,6 +24,7 @@ KINDS = Registry("experiment kind", {
     "ingest": "workbench.experiments.ingest:KIND",
     "clients": "workbench.experiments.clients:KIND",
     "s3-clients": "workbench.experiments.s3_clients:KIND",
+    "chaos": "workbench.experiments.chaos:KIND",
     "rss": "workbench.experiments.rss:KIND",
     "sweep": "workbench.experiments.sweep:KIND",
 })

@@ -20,8 +20,10 @@ from workbench.bench.study import (
     list_studies,
     publish,
 )
-from workbench.bench.sweep import run_sweep
+from workbench.cli_spec import run_spec
 from workbench.config import get_settings
+from workbench.experiments import make_spec
+from workbench.experiments.sweep import SweepSpec
 from workbench.report import build_report
 from workbench.results import RUNS, check_writable
 
@@ -54,8 +56,7 @@ def run_command(
                   f"({chosen.prepare_minutes:.0f} of them preparing data not ingested yet)", highlight=False)
     check_time(chosen, max_minutes, yes)
     check_writable(out / chosen.name)
-    results = run_sweep(settings, chosen.config, out)
-    console.print(f"results: {results}\nreport: {build_report(results)}", highlight=False)
+    run_spec(make_spec(SweepSpec, "study run", sweep=chosen.config, results_dir=out, report=True), console)
 
 
 @app.command("publish")

@@ -20,6 +20,7 @@ PROGRESS_FILE = "progress.json"  # a sweep's {"runs_done", "runs_total", "comple
 # Where a user's runs go by default: git-ignored, so a run never rewrites the committed reference results
 # (results/<study>/). Committing a run as a reference is an explicit step: copy its folder there.
 RUNS = Path("results") / "runs"
+SPEC_FILE = "spec.yaml"  # the experiment spec a result folder was made from (workbench/experiments), beside it
 
 
 def check_writable(folder: Path) -> Path:

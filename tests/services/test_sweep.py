@@ -95,6 +95,11 @@ def test_a_tiny_study_end_to_end(stack, tmp_path):
     published = runner.invoke(app, ["publish", str(folder), "--root", str(tmp_path / "studies")])
     assert published.exit_code == 0, repr(published.exception)
     assert (tmp_path / "studies" / "tiny-study" / "report" / "report.html").exists()
+    from workbench.experiments import load_spec  # the run's spec, and the published one that remakes it in place
+
+    assert load_spec(folder / "spec.yaml").sweep == load_sweep_config(study)
+    remakes = load_spec(tmp_path / "studies" / "tiny-study" / "spec.yaml")
+    assert remakes.results_dir == tmp_path / "studies" and remakes.sweep.name == "tiny-study"
 
 
 def test_worker_and_decode_points_read_every_sample(stack, tmp_path):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from workbench.bench.loaders import raw_ceiling_loader
@@ -136,8 +137,21 @@ def test_publish_copies_complete_runs_only(tmp_path):
     with pytest.raises(WorkbenchError, match="exists: add --replace"):
         publish(tmp_path / "whole", root=tmp_path / "studies")
     assert publish(tmp_path / "whole", name="renamed", root=tmp_path / "studies").name == "renamed"
+    assert not (tmp_path / "studies" / "renamed" / "spec.yaml").exists()  # a run made before specs has none
     publish(tmp_path / "whole", root=tmp_path / "studies", replace=True)
     assert not [p for p in (tmp_path / "studies").iterdir() if p.name.startswith(".")]  # no staging left
+
+
+def test_a_published_spec_remakes_the_published_folder_itself(tmp_path):
+    from workbench.experiments import load_spec
+
+    run = run_folder(tmp_path / "whole")
+    (run / "spec.yaml").write_text(yaml.safe_dump({"kind": "sweep", "results_dir": str(tmp_path / "runs"),
+                                                   "sweep": {"name": "whole", "loaders": ["fs"]}}))
+    target = publish(run, name="renamed", root=tmp_path / "studies")
+    spec = load_spec(target / "spec.yaml")
+    assert (spec.results_dir, spec.sweep.name, spec.sweep.loaders) == (tmp_path / "studies", "renamed", ["fs"])
+    assert load_spec(run / "spec.yaml").results_dir == tmp_path / "runs"  # the run's own is left as it was
 
 
 def test_combine_refuses_other_code_or_topology_unless_mixed(tmp_path):

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from workbench import catalog
 from workbench.backends import backend_class
 from workbench.bench.loaders import overrides
@@ -29,7 +31,7 @@ from workbench.concurrency import AUTO
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.loaders import loader_class
-from workbench.results import PROGRESS_FILE, check_writable, write_atomically
+from workbench.results import PROGRESS_FILE, SPEC_FILE, check_writable, write_atomically
 
 STUDIES = Path("notebooks") / "sweeps" / "studies"  # the study configs
 PUBLISHED = Path("results") / "studies"  # the committed reference runs, one folder per study
@@ -212,6 +214,14 @@ def check_complete(folder: Path) -> None:
         raise WorkbenchError(f"{folder} is not a complete run ({done}): run the study to its end first")
 
 
+def published_spec(text: str, root: Path, name: str) -> str:
+    """A sweep's spec (YAML) rewritten to make the published folder <root>/<name>/ itself."""
+    spec = yaml.safe_load(text)
+    spec["results_dir"] = str(root)
+    spec["sweep"] = {**spec["sweep"], "name": name}
+    return yaml.safe_dump(spec, sort_keys=False)
+
+
 def publish(run: Path, name: str | None = None, root: Path = PUBLISHED, replace: bool = False) -> Path:
     """Copy a complete run with its report to <root>/<name>/ (default name: the sweep's); returns the folder.
 
@@ -236,6 +246,8 @@ def publish(run: Path, name: str | None = None, root: Path = PUBLISHED, replace:
             if (run / file).is_file():
                 shutil.copy2(run / file, staging / file)
         shutil.copytree(run / "report", staging / "report")
+        if (run / SPEC_FILE).is_file():  # remade where it is published: `workbench run <target>/spec.yaml`
+            (staging / SPEC_FILE).write_text(published_spec((run / SPEC_FILE).read_text(), root, name))
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)

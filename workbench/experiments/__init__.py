@@ -15,9 +15,9 @@ from typing import Any
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.experiments.kind import Kind, Outcome
-from workbench.experiments.spec import SPEC_FILE, ExperimentSpec, apply_overrides, places_of, read_yaml, validate
+from workbench.experiments.spec import ExperimentSpec, apply_overrides, places_of, read_yaml, validate
 from workbench.registry import Registry
-from workbench.results import check_writable
+from workbench.results import SPEC_FILE, check_writable
 
 KINDS = Registry("experiment kind", {
     "loaders": "workbench.experiments.loaders:KIND",

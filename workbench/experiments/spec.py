@@ -15,8 +15,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from workbench.errors import WorkbenchError
 
-SPEC_FILE = "spec.yaml"  # the spec a result folder was made from, written by the runner
-
 
 class ExperimentSpec(BaseModel):
     """What every kind's spec holds: its kind and where its results go. Frozen: a spec is what ran."""

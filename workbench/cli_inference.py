@@ -4,19 +4,21 @@ perf_analyzer swept over the same points (`workbench.bench.perf_analyzer`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from workbench.bench.inference import DEFAULT_RESULTS, sweep_inference
+from workbench.bench.inference import DEFAULT_RESULTS
 from workbench.cli_options import key_values
-from workbench.config import get_settings
+from workbench.cli_spec import run_spec
 from workbench.errors import WorkbenchError
+from workbench.experiments import ExperimentSpec, make_spec
+from workbench.experiments.inference import InferenceSpec, PerfSpec
 
 # ------------------------------------------------------------------------------------ command line
 
 
-def _ints(values: list[str] | None, default: list[int]) -> list[int]:
+def _ints(values: list[str] | None, default: list[int] | None) -> list[int] | None:
     if not values:
         return default
     out = []
@@ -55,32 +57,11 @@ def inference_command(
     name: Annotated[str | None, typer.Option(help="results file name (default: model-loader-dataset)")] = None,
 ) -> list[dict]:
     """Triton inference throughput (inferences/s) and latency p50/p95/p99, fed from a loader."""
-    from rich.console import Console
-    from rich.table import Table
-
-    loader_options: dict[str, Any] = key_values(option, "loader option", "-o concurrency=32")
-    console = Console()
-    table_view = Table("protocol", "concurrency", "batch", "inferences/s", "p50 ms", "p95 ms", "p99 ms",
-                       "loader wait ms", title=f"{model} fed by {loader} ({dataset}/{split})")
-
-    def show(row: dict) -> None:
-        console.print(f"{row['protocol']} c={row['concurrency']} b={row['batch_size']}: "
-                      f"{row['inferences_per_s']:.1f} inferences/s, p50 {row['latency_ms_p50']:.1f} ms",
-                      highlight=False)
-        table_view.add_row(row["protocol"], str(row["concurrency"]), str(row["batch_size"]),
-                           f"{row['inferences_per_s']:.1f}", f"{row['latency_ms_p50']:.1f}",
-                           f"{row['latency_ms_p95']:.1f}", f"{row['latency_ms_p99']:.1f}",
-                           f"{row['loader_wait_ms_mean']:.1f}")
-
-
-    rows = sweep_inference(
-        get_settings(), model, loader, dataset, _ints(concurrency, [1, 4, 8]), _ints(batch_size, [1, 8]),
-        protocol or ["grpc"], split=split, samples=samples, loader_options=loader_options, table=table,
-        via_proxy=via_proxy, results_dir=results_dir, name=name, progress=show,
-    )
-    console.print(table_view)
-    console.print(f"results: {results_dir}")
-    return rows
+    spec = make_spec(InferenceSpec, "inference sweep", dataset=dataset, model=model, loader=loader, protocol=protocol,
+                     concurrency=_ints(concurrency, None), batch_size=_ints(batch_size, None), split=split,
+                     samples=samples, table=table, via_proxy=via_proxy, results_dir=results_dir, name=name,
+                     loader_options=key_values(option, "loader option", "-o concurrency=32"))
+    return _run(spec)
 
 
 def perf_command(
@@ -108,32 +89,20 @@ def perf_command(
 ) -> list[dict]:
     """Triton's perf_analyzer at every concurrency x batch size, fed the dataset's samples: throughput, latency
     p50/p90/p99 and the client/server breakdown."""
+    spec = make_spec(PerfSpec, "inference perf", dataset=dataset, model=model, loader=loader, protocol=protocol,
+                     concurrency=_ints(concurrency, None), batch_size=_ints(batch_size, None), split=split,
+                     samples=samples, mode=mode, request_count=request_count, interval_ms=interval_ms,
+                     stability=stability, max_trials=max_trials, table=table, via_proxy=via_proxy,
+                     timeout_s=timeout_s, results_dir=results_dir, name=name,
+                     loader_options=key_values(option, "loader option", "-o concurrency=32"))
+    return _run(spec)
+
+
+def _run(spec: ExperimentSpec) -> list[dict]:
+    """The rows too: the notebooks call these commands as functions."""
     from rich.console import Console
-    from rich.table import Table
 
-    from workbench.bench.perf_analyzer import Measurement, sweep_perf_analyzer
-
-    console = Console()
-    view = Table("concurrency", "batch", "inferences/s", "p50 ms", "p90 ms", "p99 ms", "server queue ms",
-                 "server compute ms", title=f"perf_analyzer: {model} over {protocol} ({dataset}/{split})")
-
-    def show(row: dict) -> None:
-        compute = sum(row.get(f"server_compute_{p}_ms", 0.0) for p in ("input", "infer", "output"))
-        view.add_row(str(row["concurrency"]), str(row["batch_size"]), f"{row['inferences_per_s']:.1f}",
-                     f"{row['latency_ms_p50']:.1f}", f"{row['latency_ms_p90']:.1f}", f"{row['latency_ms_p99']:.1f}",
-                     f"{row.get('server_queue_ms', float('nan')):.1f}", f"{compute:.1f}")
-        console.print(f"c={row['concurrency']} b={row['batch_size']}: {row['inferences_per_s']:.1f} inferences/s, "
-                      f"p50 {row['latency_ms_p50']:.1f} ms", highlight=False)
-
-    rows = sweep_perf_analyzer(
-        get_settings(), model, loader, dataset, _ints(concurrency, [1, 2, 4]), _ints(batch_size, [1, 8]), protocol,
-        split=split, samples=samples, loader_options=key_values(option, "loader option", "-o concurrency=32"),
-        measurement=Measurement(mode, request_count, interval_ms, stability, max_trials), table=table,
-        via_proxy=via_proxy, timeout_s=timeout_s, results_dir=results_dir, name=name, progress=show,
-    )
-    console.print(view)
-    console.print(f"results and plot: {results_dir}")
-    return rows
+    return run_spec(spec, Console()).rows
 
 
 def perf_install_command() -> None:

@@ -261,3 +261,32 @@ def test_perf_analyzer_cannot_send_the_table_over_http(stack, data, tmp_path):
 
     with pytest.raises(WorkbenchError, match="over gRPC only"):
         sweep_perf_analyzer(stack, "cass_to_inference", "cassandra", data[0], [1], [1], "http", results_dir=tmp_path)
+
+
+def test_the_inference_sweep_preset_writes_its_spec_and_running_it_makes_the_same_rows(stack, data, tmp_path):
+    """`inference sweep` is a preset of the spec kind `inference`: the spec it writes, run again, gives one row per
+    point with the same fields (the numbers are timings)."""
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+    from workbench.experiments import load_spec
+
+    name, _ = data
+    first, again = tmp_path / "first", tmp_path / "again"
+    ran = CliRunner().invoke(app, ["inference", "sweep", "-d", name, "-m", "ensemble", "-l", "cassandra", "-c", "1,2",
+                                   "-b", "1", "--samples", "4", "--results-dir", str(first)], terminal_width=200)
+    assert ran.exit_code == 0, f"{ran.output}\n{ran.exception!r}"
+    spec = load_spec(first / "spec.yaml")
+    assert (spec.kind, spec.dataset, spec.concurrency, spec.batch_size, spec.samples) == (
+        "inference", name, [1, 2], [1], 4)
+    rerun = CliRunner().invoke(app, ["run", str(first / "spec.yaml"), "-o", f"results_dir={again}"],
+                               terminal_width=200)
+    assert rerun.exit_code == 0, f"{rerun.output}\n{rerun.exception!r}"
+
+    def rows(folder):
+        [result] = folder.glob("*.json")
+        return json.loads(result.read_text())["rows"]
+
+    shape = [sorted((r["protocol"], r["concurrency"], r["batch_size"], tuple(sorted(r))) for r in rows(f))
+             for f in (first, again)]
+    assert shape[0] == shape[1] and len(shape[0]) == 2 and all(r["inferences"] >= 4 for r in rows(again))

@@ -14,6 +14,7 @@ from workbench.errors import WorkbenchError
 from workbench.experiments import KINDS, experiment_kind, load_spec, make_spec
 from workbench.experiments.chaos import ChaosSpec
 from workbench.experiments.clients import ClientsSpec
+from workbench.experiments.inference import InferenceSpec, PerfSpec
 from workbench.experiments.ingest import IngestSpec
 from workbench.experiments.loaders import LoadersSpec
 from workbench.experiments.rss import RssSpec
@@ -36,9 +37,12 @@ def write(tmp_path: Path, text: str) -> Path:
     ClientsSpec(loader="fs", ranks=2, launcher="mpirun", compute_ms=2.5, results_dir=Path("out/e")),
     S3ClientsSpec(clients=["boto3-threads", "native-batch"], repeats=5, results_dir=Path("out/f")),
     ChaosSpec(dataset="d", loaders=["s3-objects"], faults=["node_kill", "latency"], seed=3, results_dir=Path("o/g")),
+    InferenceSpec(dataset="d", model="cass_to_inference", protocol=["http", "grpc"], concurrency=[2],
+                  loader_options={"concurrency": 16}, results_dir=Path("o/h")),
+    PerfSpec(dataset="d", mode="time_windows", interval_ms=800, batch_size=[4], results_dir=Path("o/i")),
     SweepSpec(sweep=load_sweep_config(ROOT / "notebooks" / "sweeps" / "demo.yaml"), results_dir=Path("out/c"),
               report=False),
-], ids=["loaders", "rss", "ingest", "clients", "s3-clients", "chaos", "sweep"])
+], ids=["loaders", "rss", "ingest", "clients", "s3-clients", "chaos", "inference", "perf", "sweep"])
 def test_a_written_spec_reads_back_equal(spec, tmp_path):
     back = load_spec(write(tmp_path, spec.to_yaml()))
     assert back == spec and type(back) is type(spec)
@@ -77,9 +81,12 @@ def test_overrides_set_fields_and_sections_with_yaml_values(tmp_path):
     ("kind: loaders\nconcurrency: many\n", [],
      r"^{f}:2 'concurrency': concurrency 'many': give a number of requests in flight \(1 to 1024\) or 'auto'$"),
     ("kind: loader\n", [],
-     r"^{f}:1 unknown kind 'loader': give one of loaders, ingest, clients, s3-clients, chaos, rss, sweep "
-     r"\(kind: loaders\)$"),
-    ("count: 10\n", [], r"^{f} no 'kind': give one of loaders, ingest, clients, s3-clients, chaos, rss, sweep"),
+     r"^{f}:1 unknown kind 'loader': give one of loaders, ingest, clients, s3-clients, chaos, "
+     r"inference, perf, rss, sweep \(kind: loaders\)$"),
+    ("count: 10\n", [], r"^{f} no 'kind': give one of loaders, ingest, clients, s3-clients, chaos, inference, "),
+    ("kind: perf\ndataset: d\nmodel: resnet\n", [], r"^{f}:3 'model': Input should be 'ensemble', .*"),
+    ("kind: inference\ndataset: d\nconcurrency: [4, 0]\n", [],
+     r"^{f}:3 'concurrency': every value is at least 1, got \[4, 0\]$"),
     ("kind: chaos\ndataset: d\nfaults: [flood]\n", [], r"^{f}:3 'faults.0': Input should be 'reset_peer', .*"),
     ("kind: rss\ncounts: [100, 5]\n", [], r"^{f}:2 'counts.1': Input should be greater than or equal to 10$"),
     ("kind: clients\nloader: nope\n", [], r"^{f}:2 'loader': unknown loader nope \(valid: cassandra, .*\)$"),

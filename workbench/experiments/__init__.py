@@ -25,6 +25,8 @@ KINDS = Registry("experiment kind", {
     "clients": "workbench.experiments.clients:KIND",
     "s3-clients": "workbench.experiments.s3_clients:KIND",
     "chaos": "workbench.experiments.chaos:KIND",
+    "inference": "workbench.experiments.inference:INFERENCE",
+    "perf": "workbench.experiments.inference:PERF",
     "rss": "workbench.experiments.rss:KIND",
     "sweep": "workbench.experiments.sweep:KIND",
 })

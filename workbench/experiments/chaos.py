@@ -15,9 +15,8 @@ from rich.text import Text
 
 from workbench.chaos import FAULTS, NODE_WINDOW_S, ChaosReport, FaultRecord, format_report, run_chaos
 from workbench.config import Settings
-from workbench.experiments.kind import Kind, Outcome
+from workbench.experiments.kind import Kind, LoaderNames, Outcome
 from workbench.experiments.spec import ExperimentSpec
-from workbench.loaders import LOADERS
 from workbench.results import RUNS
 
 
@@ -25,7 +24,7 @@ class ChaosSpec(ExperimentSpec):
     kind: Literal["chaos"] = "chaos"
     results_dir: Path = RUNS / "chaos"
     dataset: str = Field(min_length=1, description="dataset name, as ingested into every loader's backend")
-    loaders: list[str] = Field(["cassandra", "s3-objects", "s3-shards", "ignite"], min_length=1)
+    loaders: LoaderNames = Field(["cassandra", "s3-objects", "s3-shards", "ignite"], min_length=1)
     duration_s: float = Field(60.0, gt=0, description="seconds of soak (the last epoch may overrun)")
     seed: int = Field(0, description="seed of the fault choice and timing")
     faults: list[Literal[FAULTS]] = Field(list(FAULTS), min_length=1,  # type: ignore[valid-type]
@@ -33,11 +32,6 @@ class ChaosSpec(ExperimentSpec):
     retries: int = Field(60, ge=0, description="loader setting: re-tries per request")
     retry_budget_s: float = Field(120.0, ge=0, description="loader setting: seconds of re-tries per request")
     node_window_s: float = Field(NODE_WINDOW_S, ge=0, description="seconds a node fault keeps its node away")
-
-    @field_validator("loaders")
-    @classmethod
-    def _known_loaders(cls, value: list[str]) -> list[str]:
-        return LOADERS.check_names(value)
 
     @field_validator("faults", mode="before")
     @classmethod

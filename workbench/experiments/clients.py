@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -15,14 +15,13 @@ from rich.text import Text
 from workbench.bench.clients import DEFAULT_RESULTS, bench_clients
 from workbench.bench.clients_launch import LaunchPlan
 from workbench.config import Settings
-from workbench.experiments.kind import ConcurrencyField, Kind, Outcome
-from workbench.loaders import LOADERS
+from workbench.experiments.kind import ConcurrencyField, Kind, LoaderName, Outcome
 
 
 class ClientsSpec(ConcurrencyField):
     kind: Literal["clients"] = "clients"
     results_dir: Path = DEFAULT_RESULTS
-    loader: str = Field(description="the registered loader each rank reads with")
+    loader: LoaderName = Field(description="the registered loader each rank reads with")
     ranks: int | None = Field(None, ge=1, description="reader ranks (default: settings.client_ranks)")
     launcher: Literal["torchrun", "mpirun"] | None = Field(None, description="default: settings.launcher")
     dataset: str | None = Field(None, description="an ingested dataset (default: a synthetic one, ingested if "
@@ -41,11 +40,6 @@ class ClientsSpec(ConcurrencyField):
     rdzv_endpoint: str | None = Field(None, description="torchrun on several hosts: HOST:PORT of the rendezvous")
     hosts: str | None = Field(None, description="mpirun -H, e.g. node1:2,node2:2 (rank 0's host first)")
 
-    @field_validator("loader")
-    @classmethod
-    def _known_loader(cls, value: str) -> str:
-        LOADERS.check_names([value])
-        return value
 
 
 def run(settings: Settings, spec: ClientsSpec) -> Outcome:

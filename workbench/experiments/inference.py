@@ -12,9 +12,8 @@ from rich.table import Table
 
 from workbench.bench.inference import DEFAULT_RESULTS, sweep_inference
 from workbench.config import Settings
-from workbench.experiments.kind import Kind, Outcome
+from workbench.experiments.kind import Kind, LoaderName, Outcome
 from workbench.experiments.spec import ExperimentSpec
-from workbench.loaders import LOADERS
 from workbench.serving import MODELS, PROTOCOLS
 
 Model = Literal[tuple(MODELS)]  # type: ignore[valid-type]  # the models the clients know how to feed
@@ -29,7 +28,7 @@ class TritonSpec(ExperimentSpec):
     dataset: str = Field(min_length=1, description="dataset name as ingested")
     model: Model = Field("ensemble", description="ensemble (client sends bytes) | cass_to_inference (client sends "
                                                  "UUIDs, Triton reads Cassandra) | preprocess")
-    loader: str = Field("cassandra", description="registered loader feeding the client")
+    loader: LoaderName = Field("cassandra", description="registered loader feeding the client")
     split: str = "train"
     concurrency: Positives = Field([1, 4, 8], min_length=1, description="requests in flight, each a point")
     batch_size: Positives = Field([1, 8], min_length=1, description="samples per request, each a point")
@@ -37,12 +36,6 @@ class TritonSpec(ExperimentSpec):
     loader_options: dict[str, Any] = Field({}, description="loader settings, e.g. {concurrency: 32}")
     via_proxy: bool = Field(False, description="talk to Triton through toxiproxy")
     name: str | None = Field(None, description="results file name (default: from the model, loader, dataset)")
-
-    @field_validator("loader")
-    @classmethod
-    def _known_loader(cls, value: str) -> str:
-        LOADERS.check_names([value])
-        return value
 
     @field_validator("concurrency", "batch_size")
     @classmethod

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 from rich.table import Table
 
 from workbench.backends import BACKENDS
 from workbench.bench.ingest import bench_ingest
 from workbench.config import Settings
-from workbench.experiments.kind import Kind, Outcome
+from workbench.experiments.kind import BackendNames, Kind, Outcome
 from workbench.experiments.spec import ExperimentSpec
 from workbench.results import RUNS
 
@@ -19,16 +19,12 @@ from workbench.results import RUNS
 class IngestSpec(ExperimentSpec):
     kind: Literal["ingest"] = "ingest"
     results_dir: Path = RUNS / "bench-ingest"
-    backends: list[str] = Field(default_factory=lambda: list(BACKENDS), min_length=1,
+    backends: BackendNames = Field(default_factory=lambda: list(BACKENDS), min_length=1,
                                 description="backends to ingest into (default: every registered one)")
     count: int = Field(10_000, ge=1, description="synthetic samples")
     mean_kb: float = Field(110.0, ge=1, description="mean JPEG size")
     repeats: int = Field(1, ge=1, description="fresh datasets per backend; median, min and max are reported")
 
-    @field_validator("backends")
-    @classmethod
-    def _known_backends(cls, value: list[str]) -> list[str]:
-        return BACKENDS.check_names(value)
 
 
 def run(settings: Settings, spec: IngestSpec) -> Outcome:

@@ -6,15 +6,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import field_validator
+from pydantic import AfterValidator, Field, field_validator
 
+from workbench.backends import BACKENDS
 from workbench.concurrency import Concurrency, parse_concurrency
 from workbench.config import Settings
 from workbench.errors import WorkbenchError
 from workbench.experiments.spec import ExperimentSpec
 from workbench.loaders import LOADERS
+
+LoaderName = Annotated[str, AfterValidator(lambda name: LOADERS.check_names([name])[0])]  # a registered loader
+LoaderNames = Annotated[list[str], AfterValidator(LOADERS.check_names)]
+BackendNames = Annotated[list[str], AfterValidator(BACKENDS.check_names)]
 
 
 @dataclass(frozen=True)
@@ -54,12 +59,4 @@ class ConcurrencyField(ExperimentSpec):
 class LoadersField(ConcurrencyField):
     """Specs that name loaders (None: the loaders measured by default)."""
 
-    loaders: list[str] | None = None
-
-    @field_validator("loaders")
-    @classmethod
-    def _known_loaders(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and not value:
-            raise ValueError("name at least one loader, or leave loaders out for the default ones")
-        LOADERS.check_names(value or [])
-        return value
+    loaders: LoaderNames | None = Field(None, min_length=1, description="default: the loaders measured by default")

@@ -86,7 +86,7 @@ def test_overrides_set_fields_and_sections_with_yaml_values(tmp_path):
     ("count: 10\n", [], r"^{f} no 'kind': give one of loaders, ingest, clients, s3-clients, chaos, inference, "),
     ("kind: perf\ndataset: d\nmodel: resnet\n", [], r"^{f}:3 'model': Input should be 'ensemble', .*"),
     ("kind: inference\ndataset: d\nconcurrency: [4, 0]\n", [],
-     r"^{f}:3 'concurrency': every value is at least 1, got \[4, 0\]$"),
+     r"^{f}:3 'concurrency.1': Input should be greater than 0$"),
     ("kind: chaos\ndataset: d\nfaults: [flood]\n", [], r"^{f}:3 'faults.0': Input should be 'reset_peer', .*"),
     ("kind: rss\ncounts: [100, 5]\n", [], r"^{f}:2 'counts.1': Input should be greater than or equal to 10$"),
     ("kind: clients\nloader: nope\n", [], r"^{f}:2 'loader': unknown loader nope \(valid: cassandra, .*\)$"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, PositiveInt
 from rich.console import Console
 from rich.table import Table
 
@@ -18,7 +18,7 @@ from workbench.serving import MODELS, PROTOCOLS
 
 Model = Literal[tuple(MODELS)]  # type: ignore[valid-type]  # the models the clients know how to feed
 Protocol = Literal[PROTOCOLS]  # type: ignore[valid-type]
-Positives = list[int]
+Positives = list[PositiveInt]  # each value a point
 
 
 class TritonSpec(ExperimentSpec):
@@ -37,12 +37,6 @@ class TritonSpec(ExperimentSpec):
     via_proxy: bool = Field(False, description="talk to Triton through toxiproxy")
     name: str | None = Field(None, description="results file name (default: from the model, loader, dataset)")
 
-    @field_validator("concurrency", "batch_size")
-    @classmethod
-    def _positive(cls, values: list[int]) -> list[int]:
-        if any(v < 1 for v in values):
-            raise ValueError(f"every value is at least 1, got {values}")
-        return values
 
 
 def _line(row: dict) -> None:

@@ -122,6 +122,8 @@ def test_a_preset_builds_its_spec_from_flags_and_refuses_bad_ones_in_one_line():
     assert spec.loaders is None and spec.rtt_ms == [0.0, 50.0]  # unset flags keep the spec's defaults
     with pytest.raises(WorkbenchError, match=r"^bench loaders 'concurrency': concurrency 'lots'"):
         make_spec(LoadersSpec, "bench loaders", concurrency="lots")
+    perf = make_spec(PerfSpec, "inference perf", dataset="d", model="preprocess", mode="time_windows")  # `model`
+    assert (perf.model, perf.mode, perf.concurrency) == ("preprocess", "time_windows", [1, 2, 4])
 
 
 def test_the_committed_example_specs_are_valid():

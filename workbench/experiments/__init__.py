@@ -52,9 +52,10 @@ def load_spec(source: Path | str | dict[str, Any], overrides: list[str] | tuple[
     return validate(experiment_kind(kind).Spec, raw, where, places)
 
 
-def make_spec(model: type[ExperimentSpec], where: str = "command line", **fields: Any) -> ExperimentSpec:
-    """A preset's spec from its flags (None: the spec's default), one line per bad value, as for a file."""
-    return validate(model, {k: v for k, v in fields.items() if v is not None}, where, {})
+def make_spec(spec_class: type[ExperimentSpec], where: str = "command line", /, **fields: Any) -> ExperimentSpec:
+    """A preset's spec from its flags (None: the spec's default), one line per bad value, as for a file.
+    Positional-only: a spec may have fields named like them (`model` of the Triton kinds)."""
+    return validate(spec_class, {k: v for k, v in fields.items() if v is not None}, where, {})
 
 
 def run(spec: ExperimentSpec, settings: Settings | None = None) -> Outcome:

@@ -210,6 +210,8 @@ def test_a_chaos_soak_with_a_node_kill_reads_every_epoch_exactly_once(ring, data
     # every node answers its own probe again: within a minute (seen in CI: a probe of the restarted ring, on 2 busy
     # cores, failed once right after the soak had seen every node healthy)
     deadline = time.monotonic() + 60
-    while not all(r.healthy for r in (rows := status(ring, ["cassandra"]))) and time.monotonic() < deadline:
+    rows = status(ring, ["cassandra"])
+    while not all(r.healthy for r in rows) and time.monotonic() < deadline:
         time.sleep(2)
+        rows = status(ring, ["cassandra"])
     assert all(r.healthy for r in rows), [(r.service, r.address, r.detail) for r in rows if not r.healthy]

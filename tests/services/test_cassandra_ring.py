@@ -163,8 +163,9 @@ def test_each_read_goes_to_the_replica_that_holds_it(ring, loader):
 # ------------------------------------------------------------------------------------------------ faults
 
 
-@pytest.mark.parametrize("consistency", ["QUORUM", "ONE"])
-@pytest.mark.parametrize("loader", LOADERS)
+# Both loaders and both consistency levels, each once: the two drivers' retry paths do not depend on the level
+# (the four combinations took 105 s of CI's 60 minutes).
+@pytest.mark.parametrize(("loader", "consistency"), [("cassandra", "QUORUM"), ("cassandra-py", "ONE")])
 def test_a_node_killed_mid_epoch_loses_and_duplicates_nothing(ring, dataset, loader, consistency):
     name, expected, _ = dataset
     settings = ring.model_copy(update={"cassandra_consistency": consistency})

@@ -3,7 +3,8 @@
 The digits (1,797 images, 32 px PNGs, fixed train/val split of 1,442/355) are ingested into Cassandra,
 S3 shards, S3 objects, Ignite and fs; the reference pipelines (torch with torchvision or DALI CPU
 decoding, Lightning, Keras through tf.data, and Keras from `IgniteDataset` as in the Ignite article)
-train a small CNN on the CPU for a bounded number of steps from each, with shuffling, out-of-order
+train a small CNN on the CPU for a bounded number of steps (torch from each backend, Lightning and Keras from
+Cassandra and S3 shards), with shuffling, out-of-order
 delivery (ordered=False; a scan of the cache has none, it is shuffled by tf.data instead) and 2
 DataLoader workers (torch, Lightning), on one rank and on two (torchrun: torch's DDP, Lightning's
 ``strategy="ddp"``, gloo), then classify the validation split read back through the same loader and

@@ -3,8 +3,9 @@
 A spec is a YAML file with a `kind`; each kind is one module here (its frozen spec model and its run) and one
 line in `KINDS`. `load_spec` validates the whole spec before anything runs (a wrong field is one line naming it,
 its line in the file and the valid choices); `run` runs it and writes it into the result folder as spec.yaml,
-so the folder can be remade from it (``workbench run results/<folder>/spec.yaml``). The commands `bench
-loaders`, `bench rss`, `bench ingest` and `sweep` are presets: they build a spec from their flags and run it here.
+so the folder can be remade from it (``workbench run results/<folder>/spec.yaml``). The commands that measure
+(`bench loaders|rss|ingest|clients|s3-clients`, `chaos`, `inference sweep|perf`, `study run`, `sweep`) are
+presets: they build a spec from their flags (`make_spec`) and run it here.
 """
 
 from __future__ import annotations

@@ -186,3 +186,17 @@ def test_remake_refuses_uncommitted_measured_code_and_skips_folders_that_measure
     assert str(refused.exception) == ("uncommitted changes to measured code (workbench/loaders/a.py): commit them "
                                       "first, or pass --allow-dirty")
     assert sorted(p.name for p in folder.iterdir()) == ["loaders-1.json", "spec.yaml"]  # nothing ran
+
+
+def test_a_chaos_outcome_gives_back_the_report_the_soak_made():
+    from dataclasses import asdict
+
+    from workbench.chaos import ChaosReport, FaultRecord, format_report
+    from workbench.experiments.chaos import report_of, summary
+    from workbench.experiments.kind import Outcome
+
+    report = ChaosReport(["s3-objects"], "d", 7, duration_s=12.0, epochs=1, faults_injected=1, faults_survived=1,
+                         faults=[FaultRecord("s3-objects", 0, "latency", "s3", 20, survived=True, epoch_s=2.5)])
+    outcome = Outcome(Path("x"), [asdict(report)])
+    assert report_of(outcome) == report
+    assert summary(ChaosSpec(dataset="d"), outcome).plain.splitlines() == format_report(report)

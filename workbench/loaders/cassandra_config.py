@@ -3,8 +3,8 @@
 `CassandraConfig` is LoaderConfig plus the cassandra-dali-plugin's parameters, by name: the connection's
 (`workbench.clients.cassandra_connection`), the table's (`workbench.layouts.cassandra_tables`), io_threads and
 a split file. `resolve_layout` finds the table and columns; `FreshConnections` is what a Cassandra loader
-pickles into DataLoader workers without. The loaders (cassandra-py, cassandra, cassandra-plugin) import this,
-not each other's modules.
+pickles into DataLoader workers without. The cassandra-py and cassandra (native) loaders import this, not each
+other's modules; the plugin's loader extends cassandra-py's (it reuses its ids, shards and epochs).
 """
 
 from __future__ import annotations

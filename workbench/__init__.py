@@ -6,6 +6,7 @@ framework adapters do, when asked for.
 
     from workbench import Settings, make_loader, LoaderDataset
     loader = make_loader("s3-shards", Settings(), dataset="demo", concurrency="auto")
+    outcome = run("specs/loaders.yaml", "rtt_ms=[0, 50]")  # an experiment spec, its rows and results folder
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ _PUBLIC = {
     "BatchDataset": "workbench.adapters.torch",
     "tf_dataset": "workbench.adapters.tf",
     "image_pipeline": "workbench.adapters.dali",
+    "run": "workbench.experiments",
 }
 __all__ = sorted(_PUBLIC)
 

@@ -59,8 +59,17 @@ def make_spec(spec_class: type[ExperimentSpec], where: str = "command line", /, 
     return validate(spec_class, {k: v for k, v in fields.items() if v is not None}, where, {})
 
 
-def run(spec: ExperimentSpec, settings: Settings | None = None) -> Outcome:
-    """Run `spec`; once it has run, its folder holds it as spec.yaml (a failed run writes none)."""
+def run(spec: ExperimentSpec | Path | str, *overrides: str, settings: Settings | None = None) -> Outcome:
+    """Run `spec` (a spec, or the path of a spec file with `overrides` as ``key=value``); once it has run, its
+    folder holds it as spec.yaml (a failed run writes none).
+
+        from workbench import run
+        outcome = run("specs/loaders.yaml", "loaders=[fs]", "rtt_ms=[0]")
+    """
+    if not isinstance(spec, ExperimentSpec):
+        spec = load_spec(spec, overrides)
+    elif overrides:
+        raise WorkbenchError("overrides apply to a spec file: give its path, or change the spec itself")
     check_writable(spec.results_dir)
     outcome = experiment_kind(spec.kind).run(settings or Settings(), spec)
     (outcome.folder / SPEC_FILE).write_text(spec.to_yaml())

@@ -200,3 +200,14 @@ def test_a_chaos_outcome_gives_back_the_report_the_soak_made():
     outcome = Outcome(Path("x"), [asdict(report)])
     assert report_of(outcome) == report
     assert summary(ChaosSpec(dataset="d"), outcome).plain.splitlines() == format_report(report)
+
+
+def test_run_takes_a_spec_or_a_spec_file_with_overrides_and_checks_it_before_running(tmp_path):
+    from workbench import run
+
+    with pytest.raises(WorkbenchError, match=r"^overrides apply to a spec file"):
+        run(LoadersSpec(), "count=20")
+    path = write(tmp_path, f"kind: loaders\nloaders: [fs]\nresults_dir: {tmp_path / 'out'}\n")
+    with pytest.raises(WorkbenchError, match=r"^-o count=5 'count': Input should be greater than or equal to 10$"):
+        run(path, "count=5")
+    assert not (tmp_path / "out").exists()  # nothing ran

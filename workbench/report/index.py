@@ -16,11 +16,12 @@ import re
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from workbench.errors import WorkbenchError
 from workbench.report import link_fill, scaling
-from workbench.report.data import Context, is_local_backend, load
+from workbench.report.data import Context, is_local_backend, is_missing, load
 from workbench.report.html import fmt, page_head
 from workbench.report.plots import TARGET_AU, largest_n, measured_au_rows
 from workbench.report.staleness import staleness
@@ -31,6 +32,7 @@ GPU = "gpu"
 NOT_LISTED = {RUNS.name, "_scratch", STUDIES}  # git-ignored user runs and scratch; studies have their own section
 MAX_FILES = 40  # files listed per folder (beyond: a count)
 REPEATABILITY = "repeatability/repeatability.html"  # where `workbench results compare` writes beside a study
+LAYOUT_NAMES = {"shard_maxcount": "maxcount", "shard_maxsize": "maxsize"}  # as a layout's options name them
 INDEX_CSS = ".headline { font-weight: 600; } .files { font-size: 0.85em; color: #555; }"
 
 
@@ -55,7 +57,8 @@ def _href(path: Path, root: Path) -> str:
 
 def headline(ctx: Context) -> str:
     """One number that answers the study: the largest N at >= 90% AU when measured, else the fastest remote
-    line at the highest RTT and how much of its lowest-RTT rate it keeps; for a study of client ranks the
+    point at the highest RTT (its shard layout named where the study varies it) and how much of the same point's
+    lowest-RTT rate it keeps; for a study of client ranks the
     exactly-once count and the rates at most vs fewest ranks; for a capped link the share of it filled."""
     if text := scaling.headline(ctx) or link_fill.headline(ctx):
         return text
@@ -65,22 +68,34 @@ def headline(ctx: Context) -> str:
         parts = [f"{label} {int(largest_n(rows[rows['rtt_ms'] == rtt])) or 'none'}"
                  for label, rows in ctx.series(au, exclude=("accelerators",)).items()]
         return f"largest N with AU >= {TARGET_AU:.0%} at {rtt:g} ms RTT: " + ", ".join(parts)
-    data = ctx.baseline(ctx.summary)
+    # every shard layout the sweep measured (not only its baseline): a study of layouts asks which one is best
+    data = ctx.at_compute(ctx.at_bandwidth(ctx.summary), ctx.compute_free)
     data = data[data["samples_per_s_median"].notna()] if "samples_per_s_median" in data.columns else data.iloc[0:0]
     if data.empty:
         return "no successful run"
     remote = data[~data["backend"].astype(str).map(is_local_backend)]
     data = remote if len(remote) else data  # local files do not answer a question about the network
+    names = data.apply(lambda row: _point_name(ctx, row, data), axis=1)
     rtts = ctx.values("rtt_ms", data)
     high = data[data["rtt_ms"] == rtts[-1]]
     best = high.loc[high["samples_per_s_median"].idxmax()]
-    label = ctx.label(best)
-    text = f"fastest at {rtts[-1]:g} ms RTT: {label}, {fmt(best['samples_per_s_median'], 0)} samples/s"
+    name = names[best.name]
+    text = f"fastest at {rtts[-1]:g} ms RTT: {name}, {fmt(best['samples_per_s_median'], 0)} samples/s"
     if len(rtts) > 1:
-        same = data[(data.apply(ctx.label, axis=1) == label) & (data["rtt_ms"] == rtts[0])]["samples_per_s_median"]
+        same = data[(names == name) & (data["rtt_ms"] == rtts[0])]["samples_per_s_median"]
         if len(same) and same.iloc[0] > 0 and math.isfinite(same.iloc[0]):
             text += f" ({best['samples_per_s_median'] / same.iloc[0]:.2f} of its {rtts[0]:g} ms rate)"
     return text
+
+
+def _point_name(ctx: Context, row: Any, data: Any) -> str:
+    """The line's label, plus the shard layout where the rows compared vary it (maxcount=200)."""
+    layout = [f"{LAYOUT_NAMES[c]}={fmt(row[c], 0)}" for c in LAYOUT_NAMES
+              if c in row and not is_missing(row[c]) and len(ctx.values(c, data)) > 1]
+    if not layout:
+        return ctx.label(row)
+    label = ctx.label(row)
+    return f"{label[:-1]}, {', '.join(layout)}]" if label.endswith("]") else f"{label} [{', '.join(layout)}]"
 
 
 def study_entry(folder: Path, root: Path) -> Entry:

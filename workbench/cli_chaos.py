@@ -39,7 +39,7 @@ def chaos_command(
     spec = make_spec(ChaosSpec, "chaos", dataset=dataset, loaders=[n.strip() for n in loaders.split(",") if n.strip()],
                      duration_s=duration, seed=seed, faults=fault_names(faults), retries=retries,
                      retry_budget_s=retry_budget, node_window_s=node_window, results_dir=results_dir)
-    outcome = run_experiment(spec, get_settings())
+    outcome = run_experiment(spec, settings=get_settings())
     console.print(summary(spec, outcome), highlight=False)
     console.print(f"results: {outcome.folder} (spec: {outcome.folder / SPEC_FILE})", highlight=False)
     if json_out is not None:

@@ -9,10 +9,9 @@ import typer
 from rich.console import Console
 
 from workbench.bench.clients import DEFAULT_RESULTS
-from workbench.config import get_settings
-from workbench.experiments import SPEC_FILE, make_spec
-from workbench.experiments import run as run_experiment
-from workbench.experiments.clients import ClientsSpec, summary
+from workbench.cli_spec import run_spec
+from workbench.experiments import make_spec
+from workbench.experiments.clients import ClientsSpec
 
 console = Console()
 
@@ -50,12 +49,9 @@ def clients_command(
                      concurrency=concurrency, via_proxy=via_proxy, expected=expected, max_seconds=max_seconds,
                      start_timeout=start_timeout, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint, hosts=hosts,
                      results_dir=results_dir)
-    outcome = run_experiment(spec, get_settings())
-    console.print(summary(spec, outcome))
-    if outcome.rows:
-        console.print(f"results: {results_dir} (spec: {results_dir / SPEC_FILE})")
-        if outcome.rows[0]["status"] != "ok":
-            raise typer.Exit(1)
+    outcome = run_spec(spec, console)  # its kind's summary: the per-rank table, or "this host's ranks finished"
+    if outcome.rows and outcome.rows[0]["status"] != "ok":
+        raise typer.Exit(1)
 
 
 app = typer.Typer(no_args_is_help=True, help="Many reader ranks against one storage service.")

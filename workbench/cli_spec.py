@@ -11,7 +11,7 @@ from workbench.experiments import run as run_experiment
 
 def run_spec(spec: ExperimentSpec, console: Console) -> Outcome:
     """Run `spec` with this process's settings; print its kind's summary, its results folder and its spec file."""
-    outcome = run_experiment(spec, get_settings())
+    outcome = run_experiment(spec, settings=get_settings())
     kind = experiment_kind(spec.kind)
     if kind.summary is not None:
         console.print(kind.summary(spec, outcome))
